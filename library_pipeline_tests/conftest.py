@@ -1,0 +1,83 @@
+"""Shared fixtures: a real embedded PostgreSQL (pgvector) for the whole
+session, a fresh database per test that needs one, the real bundled
+embedder, and the third-party test material in ../shared/data."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from serving.db import Database
+from serving.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("LIBRARY_SHARED_DATA", REPO.parent / "shared" / "data"))
+SAMPLE_LIBRARY = REPO / "sample_library"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"test material not found at {SHARED_DATA} (CI lays ../shared beside the checkout)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def pg_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("library_home")
+
+
+@pytest.fixture(scope="session")
+def server_db(pg_home: Path) -> Database:
+    """The embedded server, started once per session (its `library` database)."""
+    settings = Settings(library_dir=pg_home / "library", home=pg_home)
+    db = Database(settings)
+    db.ensure_schema()
+    yield db
+    db.stop()
+
+
+@pytest.fixture()
+def make_db(server_db: Database, tmp_path: Path):
+    """Factory: a fresh, empty database on the session server, schema applied."""
+
+    def _make(library_dir: Path | None = None, **overrides) -> Database:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(server_db.dsn, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+        info = psycopg.conninfo.conninfo_to_dict(server_db.dsn)
+        info["dbname"] = name
+        settings = dataclasses.replace(
+            server_db.settings,
+            db_dsn=psycopg.conninfo.make_conninfo(**info),
+            library_dir=(library_dir or tmp_path / "library"),
+            **overrides,
+        )
+        settings.library_dir.mkdir(parents=True, exist_ok=True)
+        db = Database(settings)
+        db.ensure_schema()
+        return db
+
+    return _make
+
+
+@pytest.fixture()
+def db(make_db) -> Database:
+    return make_db()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from serving.embedding import load_embedder
+
+    return load_embedder("minilm")

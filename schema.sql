@@ -1,0 +1,162 @@
+-- THE schema of library-pipeline. Applied idempotently at every start
+-- (serving.db.ensure_schema), so every statement here must be re-runnable:
+-- CREATE ... IF NOT EXISTS, CREATE OR REPLACE, ALTER ... ADD COLUMN IF NOT EXISTS.
+-- The write side (library_pipeline) and the read side (serving) meet here and
+-- nowhere else: anything both must agree on (the tsvector of a passage, entity
+-- name normalisation) is a column definition or an SQL function in this file.
+
+CREATE EXTENSION IF NOT EXISTS vector;
+
+-- One row per source file. The inventory (library_files) answers from here,
+-- never from search: a search always returns its closest guesses, only this
+-- table can say "not here".
+CREATE TABLE IF NOT EXISTS documents (
+    id              bigserial PRIMARY KEY,
+    source          text NOT NULL DEFAULT 'library' CHECK (source IN ('library', 'vault')),
+    path            text NOT NULL,            -- relative to its root, real name (any characters)
+    partition_key   text NOT NULL,            -- Dagster-safe key derived from path (library_pipeline.defs.ingest.partitions)
+    title           text,
+    format          text,                     -- pdf | epub | txt | md
+    language        text,                     -- ISO 639-1 as detected, or NULL
+    ts_config       regconfig NOT NULL DEFAULT 'simple',
+    size_bytes      bigint,
+    mtime           double precision,
+    content_hash    text,                     -- sha256 of the file bytes last extracted
+    indexed_hash    text,                     -- content_hash whose passages are live in search
+    pages           integer,
+    ocr_pages       integer NOT NULL DEFAULT 0,
+    outline         jsonb,                    -- [{level, title, page}] from the PDF outline / EPUB TOC
+    front_matter    jsonb,                    -- vault notes
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'ingested', 'failed', 'removed')),
+    error           text,                     -- readable reason when status = 'failed'
+    version         integer NOT NULL DEFAULT 0,  -- bumped each time new passages go live
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (source, path),
+    UNIQUE (source, partition_key)
+);
+
+-- Extracted text per page (PDF) or spine item (EPUB) or file (txt), so
+-- chunking can be re-tuned without extracting and OCR-ing again.
+CREATE TABLE IF NOT EXISTS pages (
+    document_id bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    page_no     integer NOT NULL,             -- 1-based
+    label       text,                         -- page label, or EPUB item href
+    heading     text,                         -- nearest outline / TOC entry covering this page
+    text        text NOT NULL,
+    ocr         boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (document_id, page_no)
+);
+
+-- Chunking output of the current extraction, staged here so that the swap
+-- into `passages` (the embeddings asset) is one transaction: search keeps
+-- serving the previous version until the new one is fully embedded.
+CREATE TABLE IF NOT EXISTS chunks (
+    document_id  bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    ordinal      integer NOT NULL,
+    kind         text NOT NULL DEFAULT 'text' CHECK (kind IN ('text', 'toc')),
+    page_start   integer,
+    page_end     integer,
+    heading      text,
+    content      text NOT NULL,
+    content_hash text NOT NULL,
+    PRIMARY KEY (document_id, ordinal)
+);
+
+-- Everything searchable: verbatim chunks (summary_level = 0), RAPTOR
+-- summaries (> 0), vault note sections, memory artifacts.
+CREATE TABLE IF NOT EXISTS passages (
+    id             bigserial PRIMARY KEY,
+    document_id    bigint REFERENCES documents(id) ON DELETE CASCADE,  -- NULL for memories
+    source         text NOT NULL DEFAULT 'library' CHECK (source IN ('library', 'vault', 'memory')),
+    ordinal        integer NOT NULL DEFAULT 0,
+    kind           text NOT NULL DEFAULT 'text',   -- text | toc | summary | note | memory
+    summary_level  integer NOT NULL DEFAULT 0,
+    summarises     bigint[],                      -- passage ids a summary covers
+    page_start     integer,
+    page_end       integer,
+    heading        text,
+    content        text NOT NULL,
+    content_hash   text NOT NULL,                 -- sha256 of content
+    embed_hash     text,                          -- sha256 of the exact text fed to the embedder (with prefix)
+    ts_config      regconfig NOT NULL DEFAULT 'simple',
+    -- one definition of a passage's tsvector, computed by Postgres with the
+    -- passage's own configuration, so a Russian book is stemmed as Russian.
+    tsv            tsvector GENERATED ALWAYS AS (to_tsvector(ts_config, content)) STORED,
+    -- dimensionless on purpose: the dimension belongs to the model. Each model
+    -- gets its own partial HNSW index over a halfvec(N) cast (ensure_vector_indexes),
+    -- so rows of two models are never compared with each other.
+    embedding      halfvec,
+    embed_model    text,
+    -- denormalised filters the search lanes need without a join
+    scope          text NOT NULL DEFAULT 'global' CHECK (scope IN ('self', 'department', 'global')),
+    agent          text,
+    department     text,
+    removed        boolean NOT NULL DEFAULT false,  -- its file was removed from the library
+    superseded     boolean NOT NULL DEFAULT false,  -- an older version of a note / memory
+    archived       boolean NOT NULL DEFAULT false,  -- decayed memory
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS passages_document_idx ON passages (document_id, ordinal);
+CREATE INDEX IF NOT EXISTS passages_tsv_idx ON passages USING gin (tsv);
+CREATE INDEX IF NOT EXISTS passages_reuse_idx ON passages (embed_model, embed_hash);
+CREATE INDEX IF NOT EXISTS documents_status_idx ON documents (source, status);
+
+-- Per-model vector indexes. HNSW applies a WHERE clause after finding its
+-- nearest neighbours; the reference system's summaries (1 in 15 rows) were
+-- invisible for a week behind a `summary_level > 0` filter on the main index.
+-- So summaries get their own partial index, and the main one covers only
+-- verbatim rows. Queries must repeat the predicate literally
+-- (embed_model = '<model>') for the planner to pick these indexes.
+CREATE OR REPLACE FUNCTION ensure_vector_indexes(p_model text, p_dims integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    tag text := substr(md5(p_model), 1, 10);
+BEGIN
+    EXECUTE format(
+        'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding::halfvec(%s)) halfvec_cosine_ops) '
+        'WITH (m = 16, ef_construction = 64) WHERE embed_model = %L AND summary_level = 0',
+        'passages_hnsw_' || tag, p_dims, p_model);
+    EXECUTE format(
+        'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding::halfvec(%s)) halfvec_cosine_ops) '
+        'WITH (m = 16, ef_construction = 64) WHERE embed_model = %L AND summary_level > 0',
+        'passages_hnsw_summary_' || tag, p_dims, p_model);
+END;
+$$;
+
+-- Which embedding model search uses; a re-embed migration switches it in one step.
+CREATE TABLE IF NOT EXISTS settings (
+    key   text PRIMARY KEY,
+    value jsonb NOT NULL
+);
+
+-- Corpus document frequency per lexeme and text-search configuration, for the
+-- keyword lane: AND the rarest query lexemes, treat frequent ones as noise.
+CREATE TABLE IF NOT EXISTS lexeme_df (
+    ts_config regconfig NOT NULL,
+    lexeme    text NOT NULL,
+    df        integer NOT NULL,
+    PRIMARY KEY (ts_config, lexeme)
+);
+CREATE TABLE IF NOT EXISTS lexeme_df_totals (
+    ts_config  regconfig PRIMARY KEY,
+    passages   integer NOT NULL,
+    avg_length double precision NOT NULL,
+    refreshed_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Text-search configuration for an ISO 639-1 language code. Postgres ships
+-- Snowball stemmers for these; anything else is indexed with 'simple'
+-- (lower-cased, unstemmed) rather than wrongly stemmed as English.
+CREATE OR REPLACE FUNCTION ts_config_for_language(p_lang text)
+RETURNS regconfig LANGUAGE sql IMMUTABLE AS $$
+    SELECT (CASE lower(coalesce(p_lang, ''))
+        WHEN 'en' THEN 'english' WHEN 'ru' THEN 'russian' WHEN 'de' THEN 'german'
+        WHEN 'fr' THEN 'french'  WHEN 'es' THEN 'spanish' WHEN 'it' THEN 'italian'
+        WHEN 'pt' THEN 'portuguese' WHEN 'nl' THEN 'dutch' WHEN 'sv' THEN 'swedish'
+        WHEN 'no' THEN 'norwegian' WHEN 'da' THEN 'danish' WHEN 'fi' THEN 'finnish'
+        WHEN 'hu' THEN 'hungarian' WHEN 'ro' THEN 'romanian' WHEN 'tr' THEN 'turkish'
+        ELSE 'simple' END)::regconfig
+$$;
