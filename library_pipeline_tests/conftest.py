@@ -17,7 +17,7 @@ from serving.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("LIBRARY_SHARED_DATA", REPO.parent / "shared" / "data"))
-SAMPLE_LIBRARY = REPO / "sample_library"
+SAMPLE_LIBRARY = REPO / "examples" / "library"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,26 +47,27 @@ def server_db(pg_home: Path) -> Database:
     db.stop()
 
 
+def new_database(server_db: Database, library_dir: Path, **overrides) -> Database:
+    """A fresh, empty database on the session server, schema applied."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_db.dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(server_db.dsn)
+    info["dbname"] = name
+    settings = dataclasses.replace(server_db.settings, db_dsn=psycopg.conninfo.make_conninfo(**info),
+                                   library_dir=library_dir, **overrides)
+    settings.library_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings)
+    db.ensure_schema()
+    return db
+
+
 @pytest.fixture()
 def make_db(server_db: Database, tmp_path: Path):
     """Factory: a fresh, empty database on the session server, schema applied."""
 
     def _make(library_dir: Path | None = None, **overrides) -> Database:
-        name = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(server_db.dsn, autocommit=True) as conn:
-            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
-        info = psycopg.conninfo.conninfo_to_dict(server_db.dsn)
-        info["dbname"] = name
-        settings = dataclasses.replace(
-            server_db.settings,
-            db_dsn=psycopg.conninfo.make_conninfo(**info),
-            library_dir=(library_dir or tmp_path / "library"),
-            **overrides,
-        )
-        settings.library_dir.mkdir(parents=True, exist_ok=True)
-        db = Database(settings)
-        db.ensure_schema()
-        return db
+        return new_database(server_db, library_dir or tmp_path / "library", **overrides)
 
     return _make
 

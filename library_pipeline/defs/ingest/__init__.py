@@ -1,0 +1,18 @@
+import dagster as dg
+
+from library_pipeline.defs.ingest.assets import (
+    chunks,
+    embeddings,
+    extracted_text,
+    ingest_job,
+    no_failed_files,
+    passages_use_current_model,
+)
+from library_pipeline.defs.ingest.sensors import library_folder_sensor
+
+defs = dg.Definitions(
+    assets=[extracted_text, chunks, embeddings],
+    asset_checks=[no_failed_files, passages_use_current_model],
+    jobs=[ingest_job],
+    sensors=[library_folder_sensor],
+)

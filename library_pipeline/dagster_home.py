@@ -1,0 +1,44 @@
+"""Dagster's instance lives in the same PostgreSQL as the library (runs,
+event logs, schedules, sensor cursors), so the UI, the daemon's sensors and
+`library ingest` on the command line all see one history."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from serving.db import Database
+
+RUN_QUEUE = {
+    # enrichment (RAPTOR, graph) must not starve ingestion: tag-based limits
+    "max_concurrent_runs": 4,
+    "tag_concurrency_limits": [{"key": "library/lane", "value": "enrich", "limit": 1}],
+}
+
+
+def prepare_dagster_home(db: Database) -> Path:
+    """Write DAGSTER_HOME/dagster.yaml for this database and export DAGSTER_HOME."""
+    home = Path(os.environ.get("DAGSTER_HOME") or db.settings.home / "dagster")
+    home.mkdir(parents=True, exist_ok=True)
+    url = db.dagster_url()
+    os.environ["LIBRARY_DAGSTER_PG_URL"] = url
+    # an external server's URL may carry a password: reference it from the
+    # environment rather than writing it to disk; the embedded one has none.
+    postgres_url = url if db.embedded else {"env": "LIBRARY_DAGSTER_PG_URL"}
+    config = {
+        "storage": {"postgres": {"postgres_url": postgres_url}},
+        "run_coordinator": {
+            "module": "dagster.core.run_coordinator",
+            "class": "QueuedRunCoordinator",
+            "config": RUN_QUEUE,
+        },
+        "telemetry": {"enabled": False},
+    }
+    target = home / "dagster.yaml"
+    text = yaml.safe_dump(config, sort_keys=False)
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home

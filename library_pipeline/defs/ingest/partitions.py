@@ -1,0 +1,67 @@
+"""Library files as dynamic partitions, with Dagster-safe keys.
+
+Dagster rejects partition keys containing `...` or control characters, and
+commas or brackets confuse range selection in the UI; real file names hold
+all of these. The key is therefore derived from the path (readable slug +
+hash of the exact relative path, so two names that slug alike stay apart)
+and the real path lives in `documents.path`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from pathlib import Path
+
+import dagster as dg
+
+library_files_partitions = dg.DynamicPartitionsDefinition(name="library_files")
+
+SUPPORTED_SUFFIXES = (".pdf", ".epub", ".txt", ".md")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._/-]+")
+_MAX_SLUG = 80
+
+
+def partition_key_for(relpath: str) -> str:
+    """Stable, Dagster-safe partition key for a path relative to the library root."""
+    digest = hashlib.sha1(relpath.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    ascii_name = unicodedata.normalize("NFKD", relpath).encode("ascii", "ignore").decode("ascii")
+    slug = _UNSAFE.sub("_", ascii_name)
+    slug = re.sub(r"\.{2,}", ".", slug)          # no '...' (nor '..')
+    slug = re.sub(r"_{2,}", "_", slug).strip("._/-") or "file"
+    if len(slug) > _MAX_SLUG:
+        slug = slug[-_MAX_SLUG:].lstrip("._/-")
+    return f"{slug}~{digest}"
+
+
+def is_candidate(path: Path) -> bool:
+    name = path.name
+    return path.suffix.lower() in SUPPORTED_SUFFIXES and not name.startswith(".")
+
+
+def scan_library(root: Path) -> dict[str, Path]:
+    """Every candidate file under the library root, keyed by relative path.
+
+    Symlinks are listed (so a link pointing outside the root can be refused
+    with a reason rather than silently skipped); symlinked directories are not
+    followed, which also makes link loops harmless.
+    """
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                stack.append(entry)
+            elif is_candidate(entry):
+                found[entry.relative_to(root).as_posix()] = entry
+    return dict(sorted(found.items()))

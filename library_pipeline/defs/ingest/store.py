@@ -1,0 +1,341 @@
+"""Per-file work of the ingest stage, against the database.
+
+Three steps, one per asset (extracted_text -> chunks -> embeddings). Each step
+commits its own rows in one transaction, and only the last one touches what
+search reads: the old passages of a file are replaced by the new ones in a
+single transaction, so a crash anywhere before that commit leaves the previous
+version whole and searchable.
+
+Functions here take a `Database` and plain values and return a dict of
+figures; the Dagster assets and the CLI are thin shells around them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+from psycopg.types.json import Jsonb
+
+from library_pipeline.defs.ingest.chunking import chunk_pages
+from library_pipeline.defs.ingest.extract import ExtractionError, Page, extract_file
+from library_pipeline.defs.ingest.partitions import partition_key_for
+from serving.db import Database
+from serving.embedding import Embedder, embed_text_for_passage, sha256
+
+log = logging.getLogger(__name__)
+
+
+class IngestError(Exception):
+    """A readable reason one file could not be ingested."""
+
+
+@dataclass
+class StepResult:
+    key: str
+    path: str | None = None
+    status: str = "ok"          # ok | skipped | failed
+    reason: str | None = None
+    figures: dict = field(default_factory=dict)
+
+
+# -- registration -------------------------------------------------------------
+
+REGISTER_SQL = """
+INSERT INTO documents (source, path, partition_key, size_bytes, mtime, status)
+VALUES ('library', %(path)s, %(key)s, %(size)s, %(mtime)s, 'pending')
+ON CONFLICT (source, path) DO UPDATE
+   SET size_bytes = EXCLUDED.size_bytes, mtime = EXCLUDED.mtime,
+       status = CASE WHEN documents.status = 'removed' THEN 'pending' ELSE documents.status END,
+       updated_at = now()
+RETURNING id
+"""
+
+
+def register_files(db: Database, files: dict[str, Path]) -> dict[str, str]:
+    """Upsert a `documents` row per file (relative path -> partition key)."""
+    keys: dict[str, str] = {}
+    with db.transaction() as conn:
+        for relpath, path in files.items():
+            try:
+                st = path.lstat()
+                size, mtime = st.st_size, st.st_mtime
+            except OSError:
+                size, mtime = None, None
+            key = partition_key_for(relpath)
+            conn.execute(REGISTER_SQL, {"path": relpath, "key": key, "size": size, "mtime": mtime})
+            keys[relpath] = key
+    return keys
+
+
+def mark_removed(db: Database, relpaths: list[str]) -> int:
+    """Hide a removed file's passages from search; keep every row until `purge`."""
+    if not relpaths:
+        return 0
+    with db.transaction() as conn:
+        ids = [r[0] for r in conn.execute(
+            "UPDATE documents SET status = 'removed', updated_at = now() "
+            "WHERE source = 'library' AND path = ANY(%s) AND status <> 'removed' RETURNING id",
+            (relpaths,)).fetchall()]
+        if ids:
+            conn.execute("UPDATE passages SET removed = true WHERE document_id = ANY(%s)", (ids,))
+    return len(ids)
+
+
+def purge_removed(db: Database) -> list[tuple[str, str]]:
+    """Delete removed files' rows for good. Returns (path, partition key) pairs."""
+    with db.transaction() as conn:
+        return [(r[0], r[1]) for r in conn.execute(
+            "DELETE FROM documents WHERE source = 'library' AND status = 'removed' "
+            "RETURNING path, partition_key").fetchall()]
+
+
+def _document(conn: psycopg.Connection, key: str) -> dict | None:
+    cur = conn.execute(
+        "SELECT id, path, status, content_hash, indexed_hash, title, ts_config::text "
+        "FROM documents WHERE source = 'library' AND partition_key = %s", (key,))
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return dict(zip(("id", "path", "status", "content_hash", "indexed_hash", "title", "ts_config"), row))
+
+
+def record_failure(db: Database, doc_id: int, reason: str) -> None:
+    """Own transaction, so a failure is recorded even when the work rolled back.
+    Passages already live stay live: a corrupt new version must not erase the old."""
+    with db.transaction() as conn:
+        conn.execute("UPDATE documents SET status = 'failed', error = %s, updated_at = now() WHERE id = %s",
+                     (reason[:2000], doc_id))
+
+
+def _resolve(library_dir: Path, relpath: str) -> Path:
+    root = library_dir.resolve()
+    path = root / relpath
+    if path.is_symlink() or not path.exists():
+        try:
+            target = path.resolve(strict=True)
+        except FileNotFoundError:
+            raise IngestError("file not found (removed or renamed since it was listed)") from None
+        except (OSError, RuntimeError) as exc:  # symlink loop
+            raise IngestError(f"cannot resolve path: {exc.__class__.__name__}") from None
+        if not target.is_relative_to(root):
+            raise IngestError("symlink points outside the library folder; refused")
+        path = target
+    return path
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- step 1: extraction ---------------------------------------------------------
+
+def extract_step(db: Database, library_dir: Path, key: str, *, ocr_languages: str = "rus+eng",
+                 max_bytes: int | None = None, force: bool = False) -> StepResult:
+    started = time.perf_counter()
+    with db.connect() as conn:
+        doc = _document(conn, key)
+    if doc is None:
+        return StepResult(key, status="failed", reason="no such file registered (unknown partition key)")
+    result = StepResult(key, path=doc["path"])
+    try:
+        path = _resolve(library_dir, doc["path"])
+        digest = file_hash(path)
+        if not force and digest == doc["content_hash"] and doc["status"] != "failed":
+            with db.connect() as conn:
+                pages = conn.execute("SELECT count(*) FROM pages WHERE document_id = %s", (doc["id"],)).fetchone()[0]
+            if pages:
+                result.status = "skipped"
+                result.reason = "unchanged since last extraction"
+                return result
+        extracted = extract_file(path, ocr_languages=ocr_languages, max_bytes=max_bytes)
+        st = path.stat()
+    except (ExtractionError, IngestError) as exc:
+        return _failed(db, doc["id"], result, str(exc))
+    except OSError as exc:
+        return _failed(db, doc["id"], result, f"cannot read file: {exc.strerror or exc.__class__.__name__}")
+
+    with db.transaction() as conn:
+        # lock the row: a concurrent run of the same partition waits instead of interleaving
+        conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
+        conn.execute(
+            """UPDATE documents SET title = %s, format = %s, language = %s,
+                      ts_config = ts_config_for_language(%s), pages = %s, ocr_pages = %s,
+                      outline = %s, content_hash = %s, size_bytes = %s, mtime = %s, error = NULL,
+                      status = CASE WHEN indexed_hash IS NOT NULL THEN 'ingested' ELSE 'pending' END,
+                      updated_at = now()
+               WHERE id = %s""",
+            (extracted.title, extracted.format, extracted.language, extracted.language,
+             len(extracted.pages), extracted.ocr_pages, Jsonb(extracted.outline), digest,
+             st.st_size, st.st_mtime, doc["id"]))
+        conn.execute("DELETE FROM pages WHERE document_id = %s", (doc["id"],))
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO pages (document_id, page_no, label, heading, text, ocr) VALUES (%s, %s, %s, %s, %s, %s)",
+                [(doc["id"], p.page_no, p.label, p.heading, p.text.replace("\x00", ""), p.ocr)
+                 for p in extracted.pages])
+    result.figures = {
+        "pages": len(extracted.pages), "ocr_pages": extracted.ocr_pages, "format": extracted.format,
+        "language": extracted.language or "unknown", "chars": sum(len(p.text) for p in extracted.pages),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    return result
+
+
+def _failed(db: Database, doc_id: int, result: StepResult, reason: str) -> StepResult:
+    log.warning("%s: %s", result.path, reason)
+    record_failure(db, doc_id, reason)
+    result.status, result.reason = "failed", reason
+    return result
+
+
+# -- step 2: chunking -------------------------------------------------------------
+
+def _prefix_budget(embedder: Embedder, title: str | None) -> int:
+    """Tokens a chunk's content may use once the contextual prefix is added.
+    Headings vary per chunk; reserve room for a typical one (measured: headings
+    in the sample books are under 24 MiniLM tokens) and clip longer ones."""
+    reserve = embedder.count_tokens(embed_text_for_passage(title, None, "")) + 24
+    return max(32, embedder.max_tokens - reserve)
+
+
+def clip_heading(heading: str | None, limit: int = 120) -> str | None:
+    if heading is None:
+        return None
+    heading = " ".join(heading.split())
+    return heading if len(heading) <= limit else heading[: limit - 1] + "…"
+
+
+def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = False) -> StepResult:
+    started = time.perf_counter()
+    with db.connect() as conn:
+        doc = _document(conn, key)
+        if doc is None:
+            return StepResult(key, status="failed", reason="no such file registered")
+        result = StepResult(key, path=doc["path"])
+        if doc["status"] == "failed":
+            result.status, result.reason = "skipped", "extraction failed"
+            return result
+        if doc["status"] == "removed":
+            result.status, result.reason = "skipped", "file removed"
+            return result
+        if not force and doc["indexed_hash"] and doc["indexed_hash"] == doc["content_hash"]:
+            result.status, result.reason = "skipped", "passages are current"
+            return result
+        rows = conn.execute("SELECT page_no, text, ocr, label, heading FROM pages WHERE document_id = %s "
+                            "ORDER BY page_no", (doc["id"],)).fetchall()
+    pages = [Page(page_no=r[0], text=r[1], ocr=r[2], label=r[3], heading=r[4]) for r in rows]
+    chunks = chunk_pages(pages, count_tokens=embedder.count_tokens,
+                         max_tokens=_prefix_budget(embedder, doc["title"]))
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc["id"],))
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO chunks (document_id, ordinal, kind, page_start, page_end, heading, content, content_hash) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                [(doc["id"], c.ordinal, c.kind, c.page_start, c.page_end, clip_heading(c.heading),
+                  c.content, sha256(c.content)) for c in chunks])
+    result.figures = {"chunks": len(chunks), "toc_chunks": sum(c.kind == "toc" for c in chunks),
+                      "seconds": round(time.perf_counter() - started, 3)}
+    return result
+
+
+# -- step 3: embedding + the atomic swap ---------------------------------------------
+
+INSERT_PASSAGE_SQL = """
+INSERT INTO passages (document_id, source, ordinal, kind, page_start, page_end, heading, content,
+                      content_hash, embed_hash, ts_config, embedding, embed_model)
+VALUES (%s, 'library', %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s)
+"""
+
+_indexed_models: set[tuple[str, str]] = set()
+
+
+def ensure_model_indexes(db: Database, embedder: Embedder) -> None:
+    marker = (db.dsn, embedder.name)
+    if marker in _indexed_models:
+        return
+    with db.transaction() as conn:
+        conn.execute("SELECT ensure_vector_indexes(%s, %s)", (embedder.name, embedder.dims))
+        conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model', %s) "
+                     "ON CONFLICT (key) DO NOTHING", (Jsonb({"name": embedder.name, "dims": embedder.dims}),))
+    _indexed_models.add(marker)
+
+
+def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = False,
+               crash_hook=None) -> StepResult:
+    """Embed a file's chunks and swap them in as its live passages, atomically.
+
+    Vectors are reused for chunks whose exact embedded text (title prefix
+    included) is unchanged under the same model, so an edited file re-embeds
+    only the passages that changed.
+    """
+    started = time.perf_counter()
+    ensure_model_indexes(db, embedder)
+    with db.connect() as conn:
+        doc = _document(conn, key)
+        if doc is None:
+            return StepResult(key, status="failed", reason="no such file registered")
+        result = StepResult(key, path=doc["path"])
+        if doc["status"] in ("failed", "removed"):
+            result.status, result.reason = "skipped", f"file {doc['status']}"
+            return result
+        if not force and doc["indexed_hash"] and doc["indexed_hash"] == doc["content_hash"]:
+            stale = conn.execute("SELECT count(*) FROM passages WHERE document_id = %s AND summary_level = 0 "
+                                 "AND embed_model IS DISTINCT FROM %s", (doc["id"], embedder.name)).fetchone()[0]
+            if not stale:
+                result.status, result.reason = "skipped", "passages are current"
+                return result
+        chunks = conn.execute("SELECT ordinal, kind, page_start, page_end, heading, content, content_hash "
+                              "FROM chunks WHERE document_id = %s ORDER BY ordinal", (doc["id"],)).fetchall()
+        texts = [embed_text_for_passage(doc["title"], c[4], c[5]) for c in chunks]
+        hashes = [sha256(t) for t in texts]
+        reusable = dict(conn.execute(
+            "SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
+            "WHERE document_id = %s AND embed_model = %s AND embed_hash = ANY(%s)",
+            (doc["id"], embedder.name, hashes)).fetchall())
+    todo = sorted({h: i for i, h in enumerate(hashes) if h not in reusable}.values())
+    embed_started = time.perf_counter()
+    vectors = embedder.encode_passages([texts[i] for i in todo]) if todo else np.zeros((0, embedder.dims))
+    embed_seconds = time.perf_counter() - embed_started
+    fresh = {hashes[i]: HalfVector(vectors[n]) for n, i in enumerate(todo)}
+    if crash_hook is not None:
+        crash_hook("before_swap")
+
+    with db.transaction() as conn:
+        conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
+        conn.execute("DELETE FROM passages WHERE document_id = %s AND summary_level = 0", (doc["id"],))
+        with conn.cursor() as cur:
+            cur.executemany(INSERT_PASSAGE_SQL, [
+                (doc["id"], c[0], c[1], c[2], c[3], c[4], c[5], c[6], h, doc["ts_config"],
+                 reusable.get(h) or fresh[h], embedder.name)
+                for c, h in zip(chunks, hashes)])
+        if crash_hook is not None:
+            crash_hook("inside_swap")
+        conn.execute("UPDATE documents SET indexed_hash = content_hash, status = 'ingested', error = NULL, "
+                     "version = version + 1, updated_at = now() WHERE id = %s", (doc["id"],))
+    result.figures = {
+        "passages": len(chunks), "embedded": len(todo), "reused": len(chunks) - len(todo),
+        "model": embedder.name, "embed_seconds": round(embed_seconds, 3),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    return result
+
+
+def ingest_key(db: Database, library_dir: Path, key: str, embedder: Embedder, **kw) -> list[StepResult]:
+    """All three steps for one file, in order (what one partition of the asset graph does)."""
+    force = kw.pop("force", False)
+    steps = [extract_step(db, library_dir, key, force=force, **kw)]
+    steps.append(chunk_step(db, key, embedder, force=force))
+    steps.append(embed_step(db, key, embedder, force=force))
+    return steps

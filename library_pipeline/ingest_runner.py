@@ -1,0 +1,144 @@
+"""`library ingest`: the ingest assets run in-process over partition ranges,
+recorded in the shared Dagster instance (so the runs appear in the UI).
+
+Files are registered as partitions first, then run in batches of contiguous
+partition ranges (one Dagster run per batch: ~0.5 s of run overhead instead
+of ~0.5 s per file); each file's three steps report to a progress bar.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import dagster as dg
+from tqdm import tqdm
+
+from library_pipeline.dagster_home import prepare_dagster_home
+from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
+from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
+from library_pipeline.defs.ingest.store import mark_removed, purge_removed, register_files
+from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from serving.db import Database
+
+log = logging.getLogger(__name__)
+
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+class _ProgressHandler(logging.Handler):
+    def __init__(self, bar: tqdm) -> None:
+        super().__init__(logging.INFO)
+        self.bar = bar
+
+    def emit(self, record: logging.LogRecord) -> None:
+        step = getattr(record, "step", None)
+        if step:
+            self.bar.set_description(step)
+            self.bar.update(1)
+
+
+def contiguous_spans(keys: list[str], order: list[str], batch: int) -> list[list[str]]:
+    """Ranges (in partition order) that cover `keys`, each at most `batch` long.
+    Keys in between that were not asked for ride along; unchanged files skip
+    in milliseconds on their content hash."""
+    position = {k: i for i, k in enumerate(order)}
+    wanted = sorted({position[k] for k in keys})
+    spans: list[list[str]] = []
+    for index in wanted:
+        if spans and index - position[spans[-1][-1]] <= 3 and len(spans[-1]) < batch:
+            spans[-1].extend(order[position[spans[-1][-1]] + 1: index + 1])
+        else:
+            spans.append([order[index]])
+    return spans
+
+
+def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool = False, batch: int = 50,
+               progress: bool = True, instance: dg.DagsterInstance | None = None) -> dict:
+    started = time.perf_counter()
+    settings = db.settings
+    root = settings.library_dir
+    files = scan_library(root)
+    removed = 0
+    if relpaths is None:
+        selected = files
+        with db.connect() as conn:
+            known = [r[0] for r in conn.execute(
+                "SELECT path FROM documents WHERE source = 'library' AND status <> 'removed'")]
+        removed = mark_removed(db, [p for p in known if p not in files])
+    else:
+        selected = {}
+        for rel in relpaths:
+            if rel in files:
+                selected[rel] = files[rel]
+            else:
+                below = {k: v for k, v in files.items() if k.startswith(rel.rstrip("/") + "/") or rel in (".", "")}
+                if not below and not (root / rel).exists():
+                    raise FileNotFoundError(f"{rel}: no such file in the library folder")
+                selected.update(below or {rel: root / rel})
+
+    keys = register_files(db, selected)
+    if instance is None:
+        prepare_dagster_home(db)
+        instance = dg.DagsterInstance.get()
+    existing = set(instance.get_dynamic_partitions(library_files_partitions.name))
+    new = [k for k in keys.values() if k not in existing]
+    if new:
+        instance.add_dynamic_partitions(library_files_partitions.name, new)
+    order = instance.get_dynamic_partitions(library_files_partitions.name)
+
+    resources = {"library_db": LibraryDatabase.from_settings(settings),
+                 "embedder": EmbedderResource.from_settings(settings)}
+    run_config = dict(QUIET_RUN_CONFIG)
+    if force:
+        run_config["ops"] = {name: {"config": {"force": True}} for name in ("extracted_text", "chunks", "embeddings")}
+    spans = contiguous_spans(list(keys.values()), order, batch)
+    bar = tqdm(total=3 * sum(len(s) for s in spans), unit="step", disable=not progress, leave=False)
+    handler = _ProgressHandler(bar)
+    progress_logger = logging.getLogger("library_pipeline.progress")
+    progress_logger.addHandler(handler)
+    progress_logger.propagate = False
+    failed_runs = []
+    try:
+        for span in spans:
+            tags = {"dagster/asset_partition_range_start": span[0], "dagster/asset_partition_range_end": span[-1],
+                    "library/reason": "cli"}
+            result = dg.materialize([extracted_text, chunks, embeddings], instance=instance, resources=resources,
+                                    tags=tags, run_config=run_config, raise_on_error=False)
+            if not result.success:
+                failed_runs.append(result.run_id)
+    finally:
+        progress_logger.removeHandler(handler)
+        progress_logger.propagate = True
+        bar.close()
+
+    with db.connect() as conn:
+        rows = conn.execute(
+            "SELECT d.path, d.status, d.error, (SELECT count(*) FROM passages p WHERE p.document_id = d.id "
+            "AND p.summary_level = 0) FROM documents d WHERE d.source = 'library' AND d.path = ANY(%s)",
+            (list(keys),)).fetchall()
+    return {
+        "files": len(keys),
+        "ingested": sum(r[1] == "ingested" for r in rows),
+        "failed": sum(r[1] == "failed" for r in rows),
+        "failures": [(r[0], r[2]) for r in rows if r[1] == "failed"],
+        "removed": removed,
+        "passages": sum(r[3] for r in rows),
+        "runs": len(spans),
+        "failed_runs": failed_runs,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def purge_removed_files(db: Database, instance: dg.DagsterInstance | None = None) -> list[str]:
+    purged = purge_removed(db)
+    if instance is None:
+        prepare_dagster_home(db)
+        instance = dg.DagsterInstance.get()
+    existing = set(instance.get_dynamic_partitions(library_files_partitions.name))
+    for _, key in purged:
+        if key in existing:
+            instance.delete_dynamic_partition(library_files_partitions.name, key)
+    return [p for p, _ in purged]
+
+

@@ -1,0 +1,67 @@
+"""Dagster resources: the database and the embedder.
+
+Both wrap plain classes from `serving` (which must deploy without Dagster),
+so the pipeline and the search side share one connection factory and one
+definition of how text is embedded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from serving.db import Database
+from serving.embedding import Embedder, load_embedder
+from serving.settings import Settings
+
+_DATABASES: dict[tuple, Database] = {}
+
+
+class LibraryDatabase(dg.ConfigurableResource):
+    """PostgreSQL + pgvector: the embedded server under `home`, or `dsn` when set."""
+
+    library_dir: str = Field(description="The library folder (LIBRARY_DIR).")
+    home: str = Field(description="Where the embedded database and state live (LIBRARY_HOME).")
+    dsn: str = Field(default="", description="External Postgres DSN (LIBRARY_DB_DSN); empty = embedded.")
+    max_file_bytes: int = Field(default=512 * 1024 * 1024, description="Files above this size fail with a reason.")
+    ocr_languages: str = Field(default="rus+eng", description="Tesseract languages for image-only pages.")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LibraryDatabase:
+        return cls(library_dir=str(settings.library_dir), home=str(settings.home), dsn=settings.db_dsn or "",
+                   max_file_bytes=settings.max_file_bytes, ocr_languages=settings.ocr_languages)
+
+    @property
+    def settings(self) -> Settings:
+        return dataclasses.replace(
+            Settings.from_env(), library_dir=Path(self.library_dir), home=Path(self.home),
+            db_dsn=self.dsn or None, max_file_bytes=self.max_file_bytes,
+            ocr_languages=self.ocr_languages)
+
+    def get(self) -> Database:
+        """One Database (and one claim on the embedded server) per process."""
+        key = (self.library_dir, self.home, self.dsn)
+        if key not in _DATABASES:
+            _DATABASES[key] = Database(self.settings)
+        return _DATABASES[key]
+
+
+class EmbedderResource(dg.ConfigurableResource):
+    """Passage/query embedder: bundled MiniLM, any sentence-transformers model, or Ollama."""
+
+    backend: str = Field(default="minilm", description="minilm | sentence-transformers | ollama")
+    model: str = Field(default="", description="Model dir / hub name / Ollama model (not for minilm).")
+    dims: int = Field(default=0, description="Matryoshka truncation for Ollama models; 0 = native.")
+    ollama_url: str = Field(default="http://127.0.0.1:11434")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EmbedderResource:
+        return cls(backend=settings.embed_backend, model=settings.embed_model or "",
+                   dims=settings.embed_dims or 0, ollama_url=settings.ollama_url)
+
+    def get(self) -> Embedder:
+        return load_embedder(self.backend, self.model or None, dims=self.dims or None,
+                             ollama_url=self.ollama_url)

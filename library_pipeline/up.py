@@ -1,0 +1,123 @@
+"""`library up`: the main job. Starts (or reuses) the embedded PostgreSQL,
+ingests the library (the example library on first run), then runs the
+Dagster webserver + daemon (`dagster dev`) and the MCP HTTP server, all on
+127.0.0.1, until Ctrl-C or SIGTERM, and then stops all of them.
+
+`dagster dev` started from a script ignores SIGTERM unless job control is on,
+so each child gets its own process group and is signalled as a group:
+SIGINT first (dagster dev shuts its webserver, daemon and code server down
+cleanly on it), SIGTERM after a grace period, SIGKILL last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from library_pipeline.dagster_home import prepare_dagster_home
+from serving.db import Database, _prune_stale_owners
+from serving.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_LIBRARY = REPO / "examples" / "library"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, _frame) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def seed_example_library(library_dir: Path) -> bool:
+    """Copy the shipped example library into an empty or missing library folder."""
+    if library_dir.exists() and any(library_dir.iterdir()):
+        return False
+    if not EXAMPLE_LIBRARY.is_dir():
+        log.warning("no example library at %s; starting with an empty library", EXAMPLE_LIBRARY)
+        return False
+    library_dir.mkdir(parents=True, exist_ok=True)
+    for item in EXAMPLE_LIBRARY.iterdir():
+        shutil.copy2(item, library_dir / item.name)
+    log.info("copied the example library (%d files) into %s", len(list(library_dir.iterdir())), library_dir)
+    return True
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> subprocess.Popen:
+    logfile = (logdir / f"{name}.log").open("ab")
+    log.info("starting %s: %s (log: %s)", name, " ".join(argv), logfile.name)
+    return subprocess.Popen(argv, env=env, cwd=REPO, stdout=logfile, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop_child(name: str, proc: subprocess.Popen, grace: float = 20.0) -> None:
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            log.info("%s stopped (%s)", name, sig.name)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
+    settings = Settings.from_env()
+    if not os.environ.get("LIBRARY_DIR"):
+        seed_example_library(settings.library_dir)
+    db = Database(settings)
+    children: dict[str, subprocess.Popen] = {}
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        db.ensure_schema()
+        dagster_home = prepare_dagster_home(db)
+        if ingest:
+            from library_pipeline.ingest_runner import run_ingest
+
+            summary = run_ingest(db)
+            log.info("ingested %d files (%d failed), %d passages live", summary["files"], summary["failed"],
+                     summary["passages"])
+        env = dict(os.environ, DAGSTER_HOME=str(dagster_home), LIBRARY_DIR=str(settings.library_dir),
+                   LIBRARY_HOME=str(settings.home))
+        logdir = settings.home / "logs"
+        logdir.mkdir(parents=True, exist_ok=True)
+        bindir = Path(sys.executable).parent
+        children["dagster"] = _spawn("dagster", [str(bindir / "dagster"), "dev", "-w", str(REPO / "workspace.yaml"),
+                                                 "-h", "127.0.0.1", "-p", str(webserver_port)], env, logdir)
+        if mcp:
+            children["mcp"] = _spawn("mcp", [sys.executable, "-m", "library_pipeline.cli", "serve", "--http",
+                                             "--host", "127.0.0.1", "--port", str(mcp_port)], env, logdir)
+        print(f"Dagster UI: http://127.0.0.1:{webserver_port}   MCP (streamable HTTP): "
+              f"http://127.0.0.1:{mcp_port}/mcp   logs: {logdir}   Ctrl-C stops everything", flush=True)
+        while True:
+            for name, proc in children.items():
+                if proc.poll() is not None:
+                    log.error("%s exited with code %s; see %s", name, proc.returncode, logdir / f"{name}.log")
+                    return proc.returncode or 1
+            time.sleep(1.0)
+    except (KeyboardInterrupt, _Stop) as reason:
+        log.info("stopping (%s)", reason or "interrupt")
+        return 0
+    finally:
+        for name, proc in reversed(children.items()):
+            _stop_child(name, proc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if db.embedded and db._server is not None:
+            # a child killed hard leaves its pid registered; drop it so our exit stops the server
+            _prune_stale_owners(settings.home / "pgdata")
+        db.stop()

@@ -1,0 +1,144 @@
+"""Ingest of the shipped example library plus all 12 documents of
+../shared/data/documents, through the real assets, into the real embedded
+Postgres, recorded in a Postgres-backed Dagster instance."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pymupdf
+import pytest
+
+from library_pipeline.dagster_home import prepare_dagster_home
+from library_pipeline_tests.conftest import SAMPLE_LIBRARY, new_database
+from library_pipeline_tests.ingest_helpers import doc_rows, ingest, latest_metadata
+
+SCANNED = "documents/pdf_scanned/federal-register-2020-17221_rasterized-p1-3.pdf"
+
+
+@pytest.fixture(scope="module")
+def corpus(server_db, shared_data, tmp_path_factory, monkeypatch_module):
+    library = tmp_path_factory.mktemp("corpus_library")
+    shutil.copytree(SAMPLE_LIBRARY, library / "examples")
+    for folder in ("epub", "pdf", "pdf_scanned", "text_ru"):
+        for f in sorted((shared_data / "documents" / folder).iterdir()):
+            if f.suffix in (".pdf", ".epub") or folder == "text_ru":
+                target = library / "documents" / folder / f.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
+    db = new_database(server_db, library)
+    monkeypatch_module.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster_home")))
+    prepare_dagster_home(db)
+    instance = dg.DagsterInstance.get()
+    first = ingest(db, instance)
+    return db, instance, first
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_every_document_lands(corpus):
+    db, instance, first = corpus
+    docs = doc_rows(db)
+    assert first["files"] == 17, first  # 5 examples + 12 documents
+    assert first["failed"] == 0, first["failures"]
+    assert all(d["status"] == "ingested" and d["passages"] > 0 for d in docs.values()), docs
+    # the instance really is the Postgres-backed one, shared with the UI
+    assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+    assert instance.get_runs_count() == first["runs"] >= 1
+
+
+def test_page_counts_match_pymupdf(corpus, shared_data):
+    db, _, _ = corpus
+    docs = doc_rows(db)
+    for folder in ("pdf", "pdf_scanned"):
+        for f in (shared_data / "documents" / folder).glob("*.pdf"):
+            with pymupdf.open(f) as pdf:
+                assert docs[f"documents/{folder}/{f.name}"]["pages"] == pdf.page_count
+
+
+def test_toc_chunk_in_front_matter_only(corpus):
+    db, _, _ = corpus
+    with db.connect() as conn:
+        rows = conn.execute(
+            "SELECT p.page_start, p.page_end, d.pages FROM passages p JOIN documents d ON d.id = p.document_id "
+            "WHERE d.path = 'documents/pdf/sicp-2nd-ed-sarabander.pdf' AND p.kind = 'toc'").fetchall()
+    assert rows, "SICP has a table of contents in its front matter"
+    for start, end, pages in rows:
+        assert end <= max(20, int(0.15 * pages)), (start, end)
+
+
+def test_ocr_text_close_to_ground_truth(corpus, shared_data):
+    db, _, _ = corpus
+    with db.connect() as conn:
+        ocr_pages, pages = conn.execute("SELECT ocr_pages, pages FROM documents WHERE path = %s",
+                                        (SCANNED,)).fetchone()
+        text = "\n".join(r[0] for r in conn.execute(
+            "SELECT p.text FROM pages p JOIN documents d ON d.id = p.document_id WHERE d.path = %s "
+            "ORDER BY p.page_no", (SCANNED,)))
+    assert ocr_pages == pages == 3
+    truth = (shared_data / SCANNED.replace(".pdf", ".groundtruth.txt")).read_text(encoding="utf-8")
+    norm = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731
+    ratio = difflib.SequenceMatcher(None, norm(text), norm(truth), autojunk=False).ratio()
+    assert ratio >= 0.90, ratio
+
+
+def test_russian_indexed_with_russian_configuration(corpus):
+    db, _, _ = corpus
+    docs = doc_rows(db)
+    ru = docs["documents/text_ru/pushkin_kapitanskaya-dochka.txt"]
+    assert (ru["language"], ru["ts_config"]) == ("ru", "russian")
+    assert docs["documents/epub/pg2701-moby-dick.epub"]["ts_config"] == "english"
+    assert docs["documents/pdf/GeoTopo-komprimiert_de.pdf"]["ts_config"] == "german"
+    with db.connect() as conn:
+        # "капитанской" and "капитана" share the Russian stem only under the russian configuration
+        hits = conn.execute(
+            "SELECT count(*) FROM passages p JOIN documents d ON d.id = p.document_id "
+            "WHERE d.path = %s AND p.ts_config = 'russian'::regconfig "
+            "AND p.tsv @@ to_tsquery('russian', 'капитана')", (ru["path"],)).fetchone()[0]
+    assert hits > 0
+
+
+def test_passages_fit_the_embedder_window(corpus, embedder):
+    db, _, _ = corpus
+    from serving.embedding import embed_text_for_passage
+
+    with db.connect() as conn:
+        rows = conn.execute("SELECT d.title, p.heading, p.content FROM passages p JOIN documents d "
+                            "ON d.id = p.document_id ORDER BY random() LIMIT 400").fetchall()
+    over = [r for r in rows if embedder.count_tokens(embed_text_for_passage(*r)) > embedder.max_tokens]
+    assert not over, f"{len(over)} of {len(rows)} passages overflow the {embedder.max_tokens}-token window"
+
+
+def test_second_ingest_reembeds_nothing(corpus):
+    db, instance, _ = corpus
+    with db.connect() as conn:
+        before = conn.execute("SELECT count(*), max(id) FROM passages").fetchone()
+    second = ingest(db, instance)
+    assert second["failed"] == 0
+    meta = latest_metadata(instance, "embeddings")
+    assert meta["embedded"] == 0 and meta["skipped"] == second["files"]
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*), max(id) FROM passages").fetchone() == before
+
+
+def test_metadata_reports_counts_timings_model(corpus):
+    _, instance, _ = corpus
+    runs = instance.get_runs(limit=50)
+    first_run = runs[-1]
+    events = instance.get_records_for_run(first_run.run_id).records
+    mats = [e.event_log_entry.dagster_event.event_specific_data.materialization for e in events
+            if e.event_log_entry.dagster_event and e.event_log_entry.dagster_event.is_step_materialization]
+    by_asset = {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+                for m in mats}
+    assert by_asset["extracted_text"]["ocr_pages"] >= 4  # 3 rasterised pages + the scanned Huck Finn page x2
+    assert by_asset["embeddings"]["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert by_asset["embeddings"]["embedded"] > 1000
+    assert by_asset["embeddings"]["seconds"] > 0
