@@ -160,3 +160,41 @@ RETURNS regconfig LANGUAGE sql IMMUTABLE AS $$
         WHEN 'hu' THEN 'hungarian' WHEN 'ro' THEN 'romanian' WHEN 'tr' THEN 'turkish'
         ELSE 'simple' END)::regconfig
 $$;
+
+-- ---------------------------------------------------------------------------
+-- Serving: circuit breaker and query log
+-- Circuit breaker state, shared by every serving process (a local file would
+-- count per process and forget on restart). One row per component:
+--   pool   - unfiltered searches whose fused pool was empty (no rows embedded
+--            with the current model? the index gone?)
+--   vector - vector lane returned uniform similarities (constant vectors:
+--            a broken embedder); while open, the vector lane is bypassed
+--   rerank - the cross-encoder returned uniform scores; while open, the fused
+--            order is kept
+CREATE TABLE IF NOT EXISTS search_breaker (
+    component        text PRIMARY KEY,
+    consecutive      integer NOT NULL DEFAULT 0,   -- degenerate results in a row
+    degenerate_total bigint NOT NULL DEFAULT 0,
+    last_reason      text,
+    last_query       text,
+    opened_at        timestamptz,                  -- set when `consecutive` reaches the threshold
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every search an agent or the CLI ran: the reference system's most useful
+-- evaluation set was built from a week of these (real queries are known-item
+-- lookups, not the well-formed questions a benchmark assumes).
+CREATE TABLE IF NOT EXISTS search_log (
+    id          bigserial PRIMARY KEY,
+    at          timestamptz NOT NULL DEFAULT now(),
+    query       text NOT NULL,
+    top_k       integer NOT NULL,
+    filters     jsonb,
+    config      text,
+    returned    integer NOT NULL,
+    pool        integer NOT NULL,
+    lanes       jsonb,          -- lane -> candidates it contributed
+    timings     jsonb,          -- stage -> ms
+    degenerate  text            -- why the breaker counted this search, if it did
+);
+CREATE INDEX IF NOT EXISTS search_log_at_idx ON search_log (at);

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from serving import cli as serving_cli
 from serving.db import Database
 from serving.settings import Settings
 
@@ -134,6 +135,12 @@ def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only l
             console.print("re-run with --yes to delete these rows")
     finally:
         db.stop()
+
+
+# the read side's commands live with it (serving deploys without this package)
+app.command("search")(serving_cli.search)
+app.command("files")(serving_cli.files)
+app.command("serve")(serving_cli.serve)
 
 
 @app.command()

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
+from library_pipeline.defs.ingest.lexemes import lexeme_df
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
 from library_pipeline.defs.ingest.store import mark_removed, purge_removed, register_files
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
@@ -111,6 +112,13 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
         progress_logger.removeHandler(handler)
         progress_logger.propagate = True
         bar.close()
+    # the keyword lane ranks on corpus statistics: refresh them whenever a
+    # file's live passages may have changed (ingested, failed over, removed)
+    if spans or removed:
+        result = dg.materialize([lexeme_df], instance=instance, resources={"library_db": resources["library_db"]},
+                                tags={"library/reason": "cli"}, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
+        if not result.success:
+            failed_runs.append(result.run_id)
 
     with db.connect() as conn:
         rows = conn.execute(

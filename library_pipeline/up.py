@@ -38,6 +38,14 @@ def _raise_stop(signum: int, _frame) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+def _install_stop_handlers() -> dict:
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, _raise_stop)
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    return previous
+
+
 def seed_example_library(library_dir: Path) -> bool:
     """Copy the shipped example library into an empty or missing library folder."""
     if library_dir.exists() and any(library_dir.iterdir()):
@@ -81,7 +89,7 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
         seed_example_library(settings.library_dir)
     db = Database(settings)
     children: dict[str, subprocess.Popen] = {}
-    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = _install_stop_handlers()
     try:
         db.ensure_schema()
         dagster_home = prepare_dagster_home(db)
@@ -91,6 +99,10 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
             summary = run_ingest(db)
             log.info("ingested %d files (%d failed), %d passages live", summary["files"], summary["failed"],
                      summary["passages"])
+            # in-process Dagster execution maps SIGTERM onto the SIGINT handler,
+            # which a shell's background job has set to SIG_IGN: measured, a
+            # `library up &` then ignored SIGTERM for good. Install ours again.
+            _install_stop_handlers()
         env = dict(os.environ, DAGSTER_HOME=str(dagster_home), LIBRARY_DIR=str(settings.library_dir),
                    LIBRARY_HOME=str(settings.home))
         logdir = settings.home / "logs"

@@ -8,11 +8,12 @@ from library_pipeline.defs.ingest.assets import (
     no_failed_files,
     passages_use_current_model,
 )
+from library_pipeline.defs.ingest.lexemes import automation_sensor, lexeme_df, lexeme_df_fresh
 from library_pipeline.defs.ingest.sensors import library_folder_sensor
 
 defs = dg.Definitions(
-    assets=[extracted_text, chunks, embeddings],
-    asset_checks=[no_failed_files, passages_use_current_model],
+    assets=[extracted_text, chunks, embeddings, lexeme_df],
+    asset_checks=[no_failed_files, passages_use_current_model, lexeme_df_fresh],
     jobs=[ingest_job],
-    sensors=[library_folder_sensor],
+    sensors=[library_folder_sensor, automation_sensor],
 )

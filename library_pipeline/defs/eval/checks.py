@@ -1,0 +1,88 @@
+"""Asset checks as the regression eval (DESIGN §3): retrieval metrics on the
+fixed query set, scored with `serving.search.search` - the function agents call -
+plus data invariants search depends on.
+
+No `from __future__ import annotations` here: Dagster reads the Config and
+resource annotations at definition time.
+
+All checks hang off the `embeddings` asset (the step that makes passages live).
+Two invariants the issue lists live with the ingest checks already and are not
+repeated here: `passages_use_current_model` (embeddings) and `lexeme_df_fresh`
+(lexeme_df).
+"""
+
+import os
+from typing import List
+
+import dagster as dg
+from pydantic import Field
+
+from library_pipeline.eval.regression import CHECK_METRICS, load_query_set, score_query_set
+from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from serving.search import SearchConfig
+
+EMBEDDINGS = dg.AssetKey("embeddings")
+QUERY_SET_ENV = "LIBRARY_EVAL_QUERIES"
+
+
+class RetrievalCheckConfig(dg.Config):
+    query_set: str = Field(default="", description="Query-set JSON; empty = $LIBRARY_EVAL_QUERIES or the "
+                                                   "shipped library_pipeline/eval/queries/example_library.json")
+    disable_lanes: List[str] = Field(default_factory=list,
+                                     description="Lanes to switch off (vector, keyword, title, structure), "
+                                                 "to see what each contributes.")
+    top_k: int = Field(default=10)
+
+
+def lanes_config(disable: List[str]) -> SearchConfig:
+    known = ("vector", "keyword", "title", "structure")
+    bad = [lane for lane in disable if lane not in known]
+    if bad:
+        raise ValueError(f"unknown lane {bad[0]!r}; lanes: {', '.join(known)}")
+    switches = {lane: lane not in disable for lane in known}
+    return SearchConfig(rerank=False, summaries=False, log_queries=False, label="regression-check", **switches)
+
+
+@dg.asset_check(asset=EMBEDDINGS, blocking=False,
+                description="Retrieval regression eval: P@5, nDCG@10 and MRR@10 of the fixed query set "
+                            "against its stored thresholds, through serving.search.search.")
+def retrieval_quality(config: RetrievalCheckConfig, library_db: LibraryDatabase,
+                      embedder: EmbedderResource) -> dg.AssetCheckResult:
+    qs = load_query_set(config.query_set or os.environ.get(QUERY_SET_ENV) or None)
+    with library_db.get().connect() as conn:
+        result = score_query_set(conn, embedder.get(), qs, config=lanes_config(config.disable_lanes),
+                                 top_k=config.top_k)
+    metadata = {m: dg.MetadataValue.float(round(result.metrics[m], 4)) for m in CHECK_METRICS}
+    metadata.update({f"threshold {m}": dg.MetadataValue.float(t) for m, t in qs.thresholds.items()})
+    for kind, values in sorted(result.by_kind.items()):
+        metadata[f"{kind} ndcg@10"] = dg.MetadataValue.float(round(values["ndcg@10"], 4))
+    metadata["queries"] = len(qs.queries) - len(result.unjudgeable)
+    metadata["unjudgeable"] = dg.MetadataValue.md(", ".join(result.unjudgeable) or "none")
+    metadata["query_set"] = str(qs.path)
+    if config.disable_lanes:
+        metadata["disabled_lanes"] = ", ".join(config.disable_lanes)
+    worst = sorted(result.per_query["ndcg@10"].items(), key=lambda kv: kv[1])[:5]
+    metadata["worst queries (ndcg@10)"] = dg.MetadataValue.md("\n".join(f"- {q}: {v:.3f}" for q, v in worst))
+    return dg.AssetCheckResult(passed=result.passed, metadata=metadata,
+                               description="; ".join(result.failures) or "all metrics at or above thresholds")
+
+
+ORPHANS_SQL = """
+SELECT
+  count(*) FILTER (WHERE p.source IN ('library', 'vault') AND p.document_id IS NULL),
+  count(*) FILTER (WHERE d.status = 'removed' AND NOT p.removed),
+  count(*) FILTER (WHERE d.id IS NOT NULL AND d.indexed_hash IS NULL AND NOT p.removed)
+FROM passages p LEFT JOIN documents d ON d.id = p.document_id
+"""
+
+
+@dg.asset_check(asset=EMBEDDINGS, blocking=False,
+                description="No orphan passages: every file passage has a document, none of a removed "
+                            "file is still searchable, none belongs to a file never indexed.")
+def no_orphan_passages(library_db: LibraryDatabase) -> dg.AssetCheckResult:
+    with library_db.get().connect() as conn:
+        no_doc, of_removed, never_indexed = conn.execute(ORPHANS_SQL).fetchone()
+    return dg.AssetCheckResult(
+        passed=(no_doc + of_removed + never_indexed) == 0,
+        metadata={"without_document": no_doc, "of_removed_files_live": of_removed,
+                  "of_never_indexed_files": never_indexed})

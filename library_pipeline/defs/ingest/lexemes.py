@@ -1,0 +1,50 @@
+"""`lexeme_df`: corpus document frequencies that drive the keyword lane.
+
+Unpartitioned and downstream of every file's embeddings: declarative
+automation (eager) refreshes it after ingests, and `library ingest` refreshes
+it at the end of a run that changed anything. The computation itself lives
+in serving.lexemes (the read side owns what it ranks on)."""
+
+import dagster as dg
+
+from library_pipeline.defs.ingest.assets import OWNERS, embeddings
+from library_pipeline.resources import LibraryDatabase
+from serving.lexemes import refresh_lexeme_df
+
+
+@dg.asset(
+    deps=[embeddings],
+    group_name="ingest",
+    kinds={"postgres"},
+    owners=OWNERS,
+    automation_condition=dg.AutomationCondition.eager(),
+    description="Document frequency of every lexeme per text-search configuration, over searchable "
+                "passages: the keyword lane ANDs the rarest query terms and treats those in >10% of "
+                "passages as noise. Rows: `lexeme_df`, `lexeme_df_totals`.",
+)
+def lexeme_df(library_db: LibraryDatabase) -> dg.MaterializeResult:
+    with library_db.get().connect() as conn:
+        figures = refresh_lexeme_df(conn)
+    configs = figures.pop("configs")
+    table = ["| configuration | passages | lexemes | avg length |", "|---|---|---|---|"]
+    table += [f"| {name} | {c['passages']} | {c['lexemes']} | {c['avg_length']} |" for name, c in configs.items()]
+    return dg.MaterializeResult(metadata={**figures, "configurations": dg.MetadataValue.md("\n".join(table))})
+
+
+@dg.asset_check(asset=lexeme_df, description="The lexeme table is at least as fresh as the last ingest.")
+def lexeme_df_fresh(library_db: LibraryDatabase) -> dg.AssetCheckResult:
+    with library_db.get().connect() as conn:
+        refreshed, ingested = conn.execute(
+            "SELECT (SELECT min(refreshed_at) FROM lexeme_df_totals), "
+            "(SELECT max(updated_at) FROM documents WHERE status = 'ingested')").fetchone()
+    passed = ingested is None or (refreshed is not None and refreshed >= ingested)
+    return dg.AssetCheckResult(passed=passed, severity=dg.AssetCheckSeverity.WARN, metadata={
+        "refreshed_at": str(refreshed), "last_ingest_at": str(ingested)})
+
+
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    "library_automation",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Declarative automation: refreshes lexeme_df (and other eager assets) after ingests.",
+)

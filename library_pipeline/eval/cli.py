@@ -1,0 +1,184 @@
+"""`library eval ...`: BEIR evaluation, the regression query set, pooled judgments.
+
+Registered by the main CLI with `app.add_typer(eval_app, name="eval")`; also
+runnable alone: `python -m library_pipeline.eval.cli beir DATASET_DIR`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import typer
+
+eval_app = typer.Typer(help="Retrieval evaluation: BEIR datasets, the regression query set, pooled judgments.",
+                       no_args_is_help=True)
+
+
+def _embedder():
+    from serving.embedding import load_embedder
+    from serving.settings import Settings
+
+    s = Settings.from_env()
+    return load_embedder(s.embed_backend, s.embed_model, dims=s.embed_dims, ollama_url=s.ollama_url)
+
+
+def _configs(configs: str | None):
+    from library_pipeline.eval.harness import select_configs
+
+    try:
+        return select_configs(configs.split(",") if configs else None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@eval_app.command("beir")
+def beir(
+    dataset_dir: Path = typer.Argument(..., exists=True, file_okay=False,
+                                       help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv"),
+    split: str = typer.Option("test", help="Qrels split to score (qrels/<split>.tsv)."),
+    out: Path = typer.Option(None, "--out", help="JSON results file (default: eval-<dataset>-<split>.json)."),
+    configs: str = typer.Option(None, "--configs",
+                                help="Comma-separated configurations (default: all available): vector, keyword, "
+                                     "fused-no-title, fused, fused+rerank."),
+    markdown: Path = typer.Option(None, "--markdown", help="Markdown table file (default: beside --out, .md)."),
+    plot: Path = typer.Option(None, "--plot", help="PNG chart (default: beside --out, .png)."),
+    max_queries: int = typer.Option(0, "--max-queries", min=0, help="Score only the first N queries (smoke runs)."),
+    dsn: str = typer.Option(None, "--dsn", help="Database for the corpus (default: library_eval_<dataset> on the "
+                                                "embedded server, or LIBRARY_EVAL_DSN). Never the library itself."),
+    reindex: bool = typer.Option(False, "--reindex", help="Re-chunk and re-embed even if the corpus is loaded."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Load a BEIR dataset into an isolated database through the pipeline's own
+    chunk/embed/lexeme code and score search configurations against bm25s."""
+    from tqdm import tqdm
+
+    from library_pipeline.eval.beir import build_index, eval_database, load_beir, release
+    from library_pipeline.eval.harness import evaluate_dataset
+    from library_pipeline.eval.report import markdown_table, write_json, write_plot
+
+    logging.getLogger("serving").setLevel(logging.WARNING)
+    dataset = load_beir(dataset_dir, split)
+    if max_queries:
+        dataset = dataset.subset(list(dataset.queries)[:max_queries])
+    selected = _configs(configs)
+    embedder = _embedder()
+    db = eval_database(dataset.name, dsn=dsn)
+    try:
+        with tqdm(total=len(dataset.corpus), desc="index", unit="doc", disable=not progress) as bar:
+            def tick(done: int, total: int) -> None:
+                bar.total = total
+                bar.n = done
+                bar.refresh()
+            figures = build_index(db, dataset, embedder, progress=tick, force=reindex)
+        with db.connect() as conn:
+            result = evaluate_dataset(conn, embedder, dataset, selected, progress=progress)
+        result.index = figures
+    finally:
+        release(db)
+    out = out or Path(f"eval-{dataset.name}-{split}.json")
+    write_json(result, out)
+    table = markdown_table(result)
+    (markdown or out.with_suffix(".md")).write_text(table, encoding="utf-8")
+    write_plot(result, plot or out.with_suffix(".png"))
+    typer.echo(table)
+    typer.echo(f"wrote {out}, {markdown or out.with_suffix('.md')}, {plot or out.with_suffix('.png')}")
+
+
+@eval_app.command("regression")
+def regression(
+    query_set: Path = typer.Option(None, "--queries", help="Query-set JSON (default: the shipped example set)."),
+    disable: str = typer.Option("", "--disable", help="Comma-separated lanes to switch off."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Score the fixed regression query set on the live library (what the asset check does)."""
+    from library_pipeline.defs.eval.checks import lanes_config
+    from library_pipeline.eval.regression import load_query_set, score_query_set
+    from serving.db import Database
+
+    qs = load_query_set(query_set)
+    db = Database()
+    try:
+        with db.connect() as conn:
+            result = score_query_set(conn, _embedder(), qs,
+                                     config=lanes_config([x for x in disable.split(",") if x]))
+    finally:
+        db.stop()
+    data = {"metrics": result.metrics, "thresholds": qs.thresholds, "by_kind": result.by_kind,
+            "unjudgeable": result.unjudgeable, "failures": result.failures}
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else
+               "\n".join([*(f"{k}: {v:.4f}" for k, v in result.metrics.items()),
+                          *(f"FAIL {f}" for f in result.failures)]))
+    raise typer.Exit(0 if result.passed else 1)
+
+
+@eval_app.command("pool")
+def pool(
+    out: Path = typer.Argument(..., help="Pool file to write (JSON)."),
+    queries: Path = typer.Option(None, "--queries", help="Queries: BEIR-style JSONL ({_id, text}) or a query-set "
+                                                          "JSON; default: the most frequent queries in search_log."),
+    from_log: int = typer.Option(50, "--from-log", help="How many logged queries when --queries is not given."),
+    configs: str = typer.Option("vector,keyword,fused", "--configs"),
+    depth: int = typer.Option(10, "--depth", min=1, max=100),
+) -> None:
+    """Pool every configuration's top candidates for queries without gold answers."""
+    from library_pipeline.eval.judge import build_pool, queries_from_log
+    from serving.db import Database
+
+    selected = _configs(configs)
+    db = Database()
+    try:
+        with db.connect() as conn:
+            if queries is None:
+                qs = queries_from_log(conn, from_log)
+            elif queries.suffix == ".jsonl":
+                qs = {str(j["_id"]): j["text"] for j in map(json.loads, queries.read_text().splitlines()) if j}
+            else:
+                qs = {q["id"]: q["query"] for q in json.loads(queries.read_text())["queries"]}
+            if not qs:
+                raise typer.BadParameter("no queries (the search log is empty?)")
+            data = build_pool(conn, _embedder(), qs, selected, depth=depth)
+    finally:
+        db.stop()
+    out.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    typer.echo(f"{len(data['queries'])} queries, {len(data['candidates'])} pooled candidates -> {out}")
+
+
+@eval_app.command("judge")
+def judge(
+    pool_file: Path = typer.Argument(..., exists=True),
+    judgments: Path = typer.Option(None, "--judgments", help="JSONL to append to (default: <pool>.judgments.jsonl)."),
+    model: str = typer.Option(None, "--model", help="Ollama model as judge (default: LIBRARY_JUDGE_MODEL; "
+                                                    "unset = you judge at the prompt)."),
+    name: str = typer.Option(os.environ.get("USER", "person"), "--name", help="Your name, when you judge."),
+    limit: int = typer.Option(0, "--limit", min=0, help="Stop after N judgments (resume later)."),
+) -> None:
+    """Judge each pooled candidate once, blind to which configuration found it."""
+    from library_pipeline.eval.judge import OllamaJudge, PromptJudge, judge_pool
+
+    data = json.loads(pool_file.read_text(encoding="utf-8"))
+    model = model or os.environ.get("LIBRARY_JUDGE_MODEL")
+    who = (OllamaJudge(model, os.environ.get("LIBRARY_OLLAMA_URL", "http://127.0.0.1:11434")) if model
+           else PromptJudge(name))
+    path = judgments or pool_file.with_suffix(".judgments.jsonl")
+    n = judge_pool(data, path, who, limit=limit or None)
+    typer.echo(f"{n} judged by {who.name} -> {path}")
+
+
+@eval_app.command("score-pool")
+def score_pool_cmd(
+    pool_file: Path = typer.Argument(..., exists=True),
+    judgments: Path = typer.Option(None, "--judgments"),
+) -> None:
+    """Score every pooled configuration on the shared judgments."""
+    from library_pipeline.eval.judge import read_judgments, score_pool
+
+    data = json.loads(pool_file.read_text(encoding="utf-8"))
+    result = score_pool(data, read_judgments(judgments or pool_file.with_suffix(".judgments.jsonl")))
+    typer.echo(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    eval_app()

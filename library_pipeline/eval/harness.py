@@ -1,0 +1,193 @@
+"""Score search configurations on a BEIR dataset with the serving code itself.
+
+Every configuration is a `SearchConfig` passed to `serving.search.search` - the
+function agents call over MCP - never a copy of a lane (the reference system's
+harness kept printing stale numbers because it held its own copy of the query).
+
+Search returns passages; BEIR judges documents. A document's rank is the rank
+of its best passage (first occurrence in the result list), the usual
+max-passage rule. `search` returns at most 100 passages (MAX_TOP_K), so
+Recall@100 here is "relevant documents among those the top 100 passages
+belong to" - what an agent asking for 100 results can see, and a lower bound
+of the document-level recall@100 that bm25s (100 documents) is scored on.
+
+A BM25 baseline (bm25s, Lucene variant, k1 1.5, b 0.75, English stopwords,
+Snowball stemmer; document = title + " " + text) is computed in the same run,
+so every figure also stands as a ratio to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from library_pipeline.eval.beir import BeirDataset
+from library_pipeline.eval.metrics import KEYS, aggregate, paired_difference, per_query, ranking_to_run
+from serving.embedding import Embedder
+from serving.rerank import Reranker, default_reranker
+from serving.search import SearchConfig, search
+
+log = logging.getLogger(__name__)
+
+TOP_K = 100
+
+
+def standard_configs(reranker_available: bool | None = None) -> dict[str, SearchConfig]:
+    """The configurations the issue asks for. `fused` is the shipped default
+    (SearchConfig()) minus the reranker; `fused+rerank` only when a
+    cross-encoder is configured (LIBRARY_RERANKER)."""
+    base = {"log_queries": False, "summaries": False}
+    configs = {
+        "vector": SearchConfig.only("vector", **base),
+        "keyword": SearchConfig.only("keyword", **base),
+        "fused-no-title": SearchConfig(title=False, rerank=False, label="fused-no-title", **base),
+        "fused": SearchConfig(rerank=False, label="fused", **base),
+    }
+    if reranker_available is None:
+        reranker_available = default_reranker() is not None
+    if reranker_available:
+        configs["fused+rerank"] = SearchConfig(rerank=True, label="fused+rerank", **base)
+    return configs
+
+
+CONFIG_HELP = ("vector, keyword, fused-no-title (title lane off), fused (all lanes, the default), "
+               "fused+rerank (needs LIBRARY_RERANKER)")
+
+
+def select_configs(names: Iterable[str] | None) -> dict[str, SearchConfig]:
+    wanted = [n.strip() for n in (names or []) if n.strip()]
+    available = standard_configs(reranker_available=True if "fused+rerank" in wanted else None)
+    if not wanted:
+        return available
+    unknown = [n for n in wanted if n not in available]
+    if unknown:
+        raise ValueError(f"unknown configuration {unknown[0]!r}; choose from: {CONFIG_HELP}")
+    return {n: available[n] for n in wanted}
+
+
+def doc_ranking(results) -> list[str]:
+    """Document ids (passage paths) in order of their best passage."""
+    seen: dict[str, None] = {}
+    for r in results:
+        if r.path is not None and r.path not in seen:
+            seen[r.path] = None
+    return list(seen)
+
+
+def run_config(conn: psycopg.Connection, embedder: Embedder, queries: dict[str, str], config: SearchConfig,
+               *, reranker: Reranker | None = None, top_k: int = TOP_K,
+               tick: Callable[[], None] | None = None) -> tuple[dict[str, dict[str, float]], dict]:
+    run: dict[str, dict[str, float]] = {}
+    ms: list[float] = []
+    for qid, text in queries.items():
+        t = time.perf_counter()
+        resp = search(conn, embedder, text, top_k=top_k, config=config,
+                      reranker=reranker if config.rerank else None)
+        ms.append((time.perf_counter() - t) * 1000)
+        run[qid] = ranking_to_run(doc_ranking(resp.results))
+        if tick:
+            tick()
+    ms.sort()
+    stats = {"p50_ms": round(ms[len(ms) // 2], 1) if ms else 0.0,
+             "p95_ms": round(ms[int(len(ms) * 0.95)] if ms else 0.0, 1)}
+    return run, stats
+
+
+def bm25s_run(dataset: BeirDataset, top_k: int = TOP_K) -> dict[str, dict[str, float]]:
+    """The baseline, in the same process and on the same queries."""
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("english")
+    ids = list(dataset.corpus)
+    texts = [f"{dataset.corpus[d]['title']} {dataset.corpus[d]['text']}".strip() for d in ids]
+    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
+                    show_progress=False)
+    qids = list(dataset.queries)
+    qtok = bm25s.tokenize([dataset.queries[q] for q in qids], stopwords="en", stemmer=stemmer,
+                          show_progress=False)
+    k = min(top_k, len(ids))
+    docs, scores = retriever.retrieve(qtok, k=k, show_progress=False)
+    run: dict[str, dict[str, float]] = {}
+    for i, q in enumerate(qids):
+        run[q] = {ids[int(d)]: float(s) for d, s in zip(docs[i], scores[i]) if float(s) > 0}
+    return run
+
+
+@dataclass
+class EvalResult:
+    dataset: str
+    split: str
+    queries: int
+    configs: dict[str, dict[str, float]]
+    bm25s: dict[str, float]
+    per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # name -> metric -> q -> v
+    timings: dict[str, dict] = field(default_factory=dict)
+    index: dict = field(default_factory=dict)
+
+    def ratios(self) -> dict[str, dict[str, float]]:
+        return {name: {k: (v / self.bm25s[k] if self.bm25s.get(k) else 0.0) for k, v in m.items()}
+                for name, m in self.configs.items()}
+
+    def best(self, metric: str = "ndcg@10") -> str:
+        return max(self.configs, key=lambda n: self.configs[n][metric])
+
+    def to_json(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "queries": self.queries,
+            "configs": {n: {k: round(v, 5) for k, v in m.items()} for n, m in self.configs.items()},
+            "bm25s": {k: round(v, 5) for k, v in self.bm25s.items()},
+            "ratio_to_bm25s": {n: {k: round(v, 4) for k, v in m.items()} for n, m in self.ratios().items()},
+            "paired_vs_bm25s_ndcg@10": {
+                n: dict(zip(("mean", "se"), (round(x, 5) for x in paired_difference(
+                    self.per_query[n]["ndcg@10"], self.per_query["bm25s"]["ndcg@10"]))))
+                for n in self.configs if n in self.per_query and "bm25s" in self.per_query},
+            "timings": self.timings,
+            "index": self.index,
+        }
+
+
+def evaluate_dataset(conn: psycopg.Connection, embedder: Embedder, dataset: BeirDataset,
+                     configs: dict[str, SearchConfig], *, reranker: Reranker | None = None,
+                     progress: bool = True, top_k: int = TOP_K) -> EvalResult:
+    """Score every configuration and bm25s on `dataset.queries` against `dataset.qrels`."""
+    from tqdm import tqdm
+
+    if any(c.rerank for c in configs.values()) and reranker is None:
+        reranker = default_reranker()
+    total = len(configs) * len(dataset.queries)
+    bar = tqdm(total=total, desc=f"{dataset.name}/{dataset.split}", unit="q", disable=not progress,
+               dynamic_ncols=True)
+    results: dict[str, dict[str, float]] = {}
+    pq: dict[str, dict[str, dict[str, float]]] = {}
+    timings: dict[str, dict] = {}
+    try:
+        for name, cfg in configs.items():
+            bar.set_postfix_str(name)
+            t = time.perf_counter()
+            run, stats = run_config(conn, embedder, dataset.queries, dataclasses.replace(cfg, label=name),
+                                    reranker=reranker, top_k=top_k, tick=lambda: bar.update(1))
+            stats["seconds"] = round(time.perf_counter() - t, 1)
+            timings[name] = stats
+            pq[name] = per_query(dataset.qrels, run)
+            results[name] = aggregate(pq[name])
+    finally:
+        bar.close()
+    t = time.perf_counter()
+    base = bm25s_run(dataset, top_k=top_k)
+    timings["bm25s"] = {"seconds": round(time.perf_counter() - t, 1)}
+    pq["bm25s"] = per_query(dataset.qrels, base)
+    return EvalResult(dataset=dataset.name, split=dataset.split, queries=len(dataset.queries),
+                      configs=results, bm25s=aggregate(pq["bm25s"]), per_query=pq, timings=timings)
+
+
+__all__ = ["EvalResult", "KEYS", "TOP_K", "bm25s_run", "doc_ranking", "evaluate_dataset", "run_config",
+           "select_configs", "standard_configs"]

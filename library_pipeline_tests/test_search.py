@@ -1,0 +1,221 @@
+"""search() on a real sample library: known-item lookups, the TOC query, Russian,
+lane explanations and weights, the relaxation ladder, filters, bad input.
+
+Real Postgres (embedded), real MiniLM, real text (search_fixtures.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from library_pipeline_tests.search_fixtures import conn, corpus  # noqa: F401  (fixtures)
+from serving.search import MAX_TOP_K, SearchConfig, SearchError, SearchFilters, search
+
+SHERLOCK = "epub/pg1661-sherlock-holmes.epub"
+MOBY = "epub/pg2701-moby-dick.epub"
+SICP = "pdf/sicp-2nd-ed-sarabander.pdf"
+PUSHKIN = "text_ru/pushkin_kapitanskaya-dochka.txt"
+REMOVED = "epub/old-edition/hound-of-the-baskervilles.txt"
+
+
+@pytest.mark.parametrize("query, path", [
+    ("The Adventures of Sherlock Holmes", SHERLOCK),
+    ("moby dick", MOBY),
+    ("Structure and Interpretation of Computer Programs", SICP),
+    ("Капитанская дочка", PUSHKIN),
+    ("kapitanskaya dochka", PUSHKIN),
+])
+def test_title_query_returns_that_book_first(conn, embedder, query, path):
+    response = search(conn, embedder, query, top_k=5)
+    top = response.results[0]
+    assert top.path == path, [(r.path, r.lanes) for r in response.results]
+    assert "title" in top.lanes
+    assert response.stages["title"].startswith("ok")
+
+
+def test_table_of_contents_finds_the_toc_chunk(conn, embedder):
+    response = search(conn, embedder, "table of contents", top_k=5)
+    assert response.results[0].kind == "toc"
+    assert response.results[0].path == SICP
+    # the chunk never says "table of contents" (SICP's says "Contents"): the AND
+    # of both words matches nothing, the ladder relaxes, the structure lane answers
+    rungs = [t for t in response.keyword_trace if t["config"] == "english"]
+    assert rungs[0]["need"] == 2 and rungs[0]["matched"] == 0
+    assert "structure" in response.results[0].lanes
+    named = search(conn, embedder, "SICP table of contents", top_k=3)
+    assert named.results[0].kind == "toc" and named.results[0].path == SICP
+
+
+def test_russian_query_finds_the_russian_document(conn, embedder):
+    response = search(conn, embedder, "Пугачев взял Белогорскую крепость", top_k=5)
+    assert response.results[0].path == PUSHKIN
+    assert "keyword" in response.results[0].lanes
+    russian = [t for t in response.keyword_trace if t["config"] == "russian" and t["matched"]]
+    assert russian and {"пугач", "крепост"} <= set(russian[0]["terms"])
+    # the English configuration cannot stem Russian: its lexemes are unknown there and drop out
+    assert not [t for t in response.keyword_trace if t["config"] == "english" and t["matched"]]
+
+
+def test_mixed_script_query_finds_both_languages(conn, embedder):
+    response = search(conn, embedder, "Пугачев Queequeg", top_k=20)
+    paths = {r.path for r in response.results if "keyword" in r.lanes}
+    assert {PUSHKIN, MOBY} <= paths
+
+
+def test_every_result_explains_its_fused_score(conn, embedder):
+    cfg = SearchConfig()
+    response = search(conn, embedder, "whale ship harpooneer", top_k=10, config=cfg)
+    weights = {"vector": cfg.vector_weight, "keyword": cfg.keyword_weight, "title": cfg.title_weight,
+               "structure": cfg.structure_weight}
+    assert response.score_kind == "rrf"
+    for r in response.results:
+        assert r.lanes and set(r.lanes) <= set(weights)
+        expected = sum(weights[lane] / (cfg.rrf_k + rank) for lane, rank in r.lanes.items())
+        assert math.isclose(r.score, expected, rel_tol=1e-9)
+    scores = [r.score for r in response.results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_title_weight_is_load_bearing(conn, embedder):
+    """Reference lesson: at k = 60 every lane's rank 1 scores 1/61, so a name match
+    tied an ordinary content hit. Here the query names Pushkin's novel (title lane
+    only: MiniLM cannot read Russian) and a word Moby Dick is full of."""
+    query = "pushkin kapitanskaya dochka whale"
+    weighted = search(conn, embedder, query, top_k=3, config=SearchConfig(title_weight=2.0))
+    assert weighted.results[0].path == PUSHKIN and weighted.results[0].lanes["title"] == 1
+    flat = search(conn, embedder, query, top_k=3, config=SearchConfig(title_weight=1.0))
+    assert flat.results[0].path == MOBY
+    no_title = search(conn, embedder, query, top_k=10, config=SearchConfig(title=False))
+    assert no_title.stages["title"] == "off"
+    assert all("title" not in r.lanes for r in no_title.results)
+
+
+def test_relaxation_ladder_on_real_rows(conn, embedder):
+    # "adventures" occurs in one passage, never with both names: rung 3 matches
+    # nothing, rung 2 (any two of the three) finds the passages naming Sherlock Holmes
+    response = search(conn, embedder, "adventures sherlock holmes", top_k=10, config=SearchConfig.only("keyword"))
+    rungs = [t for t in response.keyword_trace if t["config"] == "english"]
+    assert [r["need"] for r in rungs[:2]] == [3, 2]
+    assert rungs[0]["matched"] == 0 and rungs[1]["matched"] > 1
+    assert rungs[1]["terms"][0] == "adventur"  # rarest first (df from lexeme_df)
+    ids = [r.passage_id for r in response.results]
+    held = conn.execute(
+        "SELECT id, (tsv @@ 'sherlock'::tsquery)::int + (tsv @@ 'holm'::tsquery)::int "
+        "+ (tsv @@ 'adventur'::tsquery)::int FROM passages WHERE id = ANY(%s)", (ids,)).fetchall()
+    assert held and all(n >= 2 for _, n in held)
+    assert all(r.lanes == {"keyword": i} for i, r in enumerate(response.results, start=1))
+
+
+def test_ladder_drops_terms_the_corpus_does_not_have(conn, embedder):
+    response = search(conn, embedder, "xylophonequux holmes", top_k=5, config=SearchConfig.only("keyword"))
+    english = [t for t in response.keyword_trace if t["config"] == "english"]
+    assert english[0]["absent"] == ["xylophonequux"] and english[0]["terms"] == ["holm"]
+    assert response.results and all("Holmes" in r.text for r in response.results)
+
+
+def test_frequent_terms_are_noise(conn, embedder):
+    total, = conn.execute("SELECT passages FROM lexeme_df_totals WHERE ts_config = 'english'::regconfig").fetchone()
+    # a lexeme in > 10% of passages that is also a word stemming to itself
+    word, = conn.execute(
+        "SELECT lexeme FROM lexeme_df WHERE ts_config = 'english'::regconfig AND df > %s AND lexeme ~ '^[a-z]{3,}$' "
+        "AND tsvector_to_array(to_tsvector('english', lexeme)) = ARRAY[lexeme] ORDER BY df DESC LIMIT 1",
+        (0.1 * total,)).fetchone()
+    response = search(conn, embedder, f"{word} queequeg", top_k=5, config=SearchConfig.only("keyword"))
+    english = [t for t in response.keyword_trace if t["config"] == "english"][0]
+    assert english["noise"] == [word] and english["terms"] == ["queequeg"]
+    only_noise = search(conn, embedder, word, top_k=5, config=SearchConfig.only("keyword"))
+    assert only_noise.results == [] and "noise" in only_noise.stages["keyword"]
+
+
+def test_lane_switches_give_single_lane_configurations(conn, embedder):
+    vec = search(conn, embedder, "whale hunting at sea", top_k=5, config=SearchConfig.only("vector"))
+    assert vec.results and all(set(r.lanes) == {"vector"} for r in vec.results)
+    assert vec.stages["keyword"] == "off" and vec.stages["rerank"] == "off"
+    kw = search(conn, embedder, "whale hunting at sea", top_k=5, config=SearchConfig.only("keyword"))
+    assert kw.results and all(set(r.lanes) == {"keyword"} for r in kw.results)
+    assert kw.stages["vector"] == "off"
+
+
+def test_summaries_come_beside_passages(conn, embedder):
+    response = search(conn, embedder, "a detective solving mysteries in London", top_k=5)
+    assert response.summaries and all(s.summary_level > 0 and s.kind == "summary" for s in response.summaries)
+    assert response.summaries[0].path == SHERLOCK
+    assert all(r.summary_level == 0 for r in response.results)
+    filtered = search(conn, embedder, "a detective solving mysteries", top_k=5, filters={"source": "library"})
+    assert filtered.summaries  # the filter does not starve the summaries lane
+
+
+def test_filters_source_path_and_removed(conn, embedder):
+    vault = search(conn, embedder, "how to host the site", top_k=5, filters={"source": "vault"})
+    assert vault.results and all(r.source == "vault" for r in vault.results)
+    one = search(conn, embedder, "evaluation of expressions", top_k=5, filters={"path": SICP})
+    assert one.results and all(r.path == SICP for r in one.results)
+    assert "exact scan" in one.stages["vector"]
+    with pytest.raises(SearchError, match="library_files"):
+        search(conn, embedder, "anything", filters={"path": "no/such/file.pdf"})
+    query = "hound of the Baskervilles howled over the moor at Grimpen Mire"
+    default = search(conn, embedder, query, top_k=20)
+    assert REMOVED not in {r.path for r in default.results}
+    explicit = search(conn, embedder, query, top_k=20, filters=SearchFilters(include_removed=True))
+    assert explicit.results[0].path == REMOVED
+
+
+@pytest.mark.parametrize("query", [
+    "the of and",                                     # stopwords only
+    "!&|:*()<->",                                     # to_tsquery operators
+    "'; DROP TABLE passages; --",                     # SQL-looking
+    "foo:* & !bar | (baz <-> qux)",                   # tsquery syntax around words
+    "whale 🐋🐳 harpoon",                            # emoji
+    "Pushkin Пушкин 普希金 whale",                     # mixed script
+    "o'neil's \\ back\\slash 'quoted'",              # quotes and backslashes
+    "null\x00byte and\tcontrol\x07chars",
+    "x" * 100_000,                                     # 100 kB, one word
+    "whale " * 20_000,                                 # 100 kB of words
+])
+def test_bad_input_gives_results_or_clear_error(conn, embedder, query):
+    response = search(conn, embedder, query, top_k=5)
+    assert isinstance(response.results, list)
+    assert len(response.query) <= 2000
+    assert conn.execute("SELECT to_regclass('passages') IS NOT NULL").fetchone()[0]
+    if len(query) > 2000:
+        assert any("characters" in w for w in response.warnings)
+
+
+def test_stopwords_only_query_is_flagged(conn, embedder):
+    response = search(conn, embedder, "the of and", top_k=5)
+    assert any("no searchable words" in w for w in response.warnings)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"query": ""}, "empty"),
+    ({"query": "   \n\t "}, "empty"),
+    ({"query": "whale", "top_k": 0}, "top_k"),
+    ({"query": "whale", "top_k": -3}, "top_k"),
+    ({"query": "whale", "filters": {"colour": "red"}}, "unknown filter 'colour'"),
+    ({"query": "whale", "filters": {"source": "web"}}, "not one of"),
+    ({"query": "whale", "filters": {"document_id": "seven"}}, "integer"),
+    ({"query": 42}, "string"),
+])
+def test_invalid_requests_raise_search_error(conn, embedder, kwargs, message):
+    query = kwargs.pop("query")
+    with pytest.raises(SearchError, match=message):
+        search(conn, embedder, query, **kwargs)
+
+
+def test_huge_top_k_is_capped_with_a_warning(conn, embedder):
+    response = search(conn, embedder, "whale", top_k=10**9)
+    assert len(response.results) <= MAX_TOP_K
+    assert any("maximum" in w for w in response.warnings)
+
+
+def test_response_reports_stages_timings_and_logs_the_query(conn, embedder):
+    response = search(conn, embedder, "Queequeg the harpooneer", top_k=5)
+    assert response.stages["rerank"].startswith("skipped: no cross-encoder configured")
+    for stage in ("embed", "vector", "keyword", "title", "fusion", "summaries", "total"):
+        assert stage in response.timings
+    data = response.to_dict()
+    assert set(data["results"][0]) >= {"source", "location", "kind", "score", "lanes", "text"}
+    logged = conn.execute("SELECT top_k, returned, lanes FROM search_log WHERE query = %s ORDER BY id DESC",
+                          ("Queequeg the harpooneer",)).fetchone()
+    assert logged[0] == 5 and logged[1] == len(response.results) and logged[2]["vector"] > 0

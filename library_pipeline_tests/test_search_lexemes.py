@@ -1,0 +1,65 @@
+"""refresh_lexeme_df: the statistics the keyword lane ranks on, recomputed from the
+passages' own tsvectors; and the lane's behaviour when they are stale or absent."""
+
+from __future__ import annotations
+
+from library_pipeline_tests.search_fixtures import corpus, small_library  # noqa: F401  (fixture)
+from serving.lexemes import refresh_lexeme_df
+from serving.search import SearchConfig, search
+
+
+def test_refresh_counts_document_frequency_per_configuration(db, embedder, shared_data, corpus):
+    small_library(db, embedder, shared_data, books=5, refresh=False)
+    with db.connect() as conn:
+        # a removed passage and a summary must not count: the lane never searches them
+        conn.execute("UPDATE passages SET removed = true WHERE id = (SELECT min(id) FROM passages)")
+        conn.commit()
+        result = refresh_lexeme_df(conn)
+        assert set(result["configs"]) == {"english", "russian"}
+        assert result["configs"]["russian"]["passages"] > 0
+        expected = conn.execute(
+            "SELECT count(*) FROM passages WHERE summary_level = 0 AND NOT removed").fetchone()[0]
+        assert result["passages"] == expected
+        # df of a lexeme = number of searchable verbatim passages containing it
+        for config, lexeme in (("english", "holm"), ("english", "whale"), ("russian", "пугач")):
+            df = conn.execute("SELECT df FROM lexeme_df WHERE ts_config = %s::regconfig AND lexeme = %s",
+                              (config, lexeme)).fetchone()
+            direct = conn.execute(
+                "SELECT count(*) FROM passages WHERE ts_config = %s::regconfig AND summary_level = 0 "
+                "AND NOT removed AND tsv @@ %s::tsquery", (config, f"'{lexeme}'")).fetchone()[0]
+            assert df is not None and df[0] == direct > 0, (config, lexeme)
+        avg = conn.execute("SELECT avg_length FROM lexeme_df_totals WHERE ts_config = 'english'::regconfig"
+                           ).fetchone()[0]
+        direct_avg = conn.execute("SELECT avg(length(tsv)) FROM passages WHERE ts_config = 'english'::regconfig "
+                                  "AND summary_level = 0 AND NOT removed").fetchone()[0]
+        assert abs(avg - float(direct_avg)) < 1e-6
+        again = refresh_lexeme_df(conn)  # idempotent
+        assert again["lexemes"] == result["lexemes"] and again["passages"] == result["passages"]
+
+
+def test_unknown_lexemes_count_as_rare(db, embedder, shared_data, corpus):
+    lib = small_library(db, embedder, shared_data, books=3)
+    with db.connect() as conn:
+        # ingested after the refresh: "zyzzogeton" is in no lexeme_df row yet
+        doc = lib.ids["epub/pg2701-moby-dick.epub"]
+        text = "The zyzzogeton lay coiled in the whale boat beside Queequeg."
+        vec = embedder.encode_passages([text])[0]
+        from pgvector import HalfVector
+
+        new_id = conn.execute(
+            "INSERT INTO passages (document_id, ordinal, content, content_hash, ts_config, embedding, embed_model) "
+            "VALUES (%s, 999, %s, 'h', 'english', %s, %s) RETURNING id",
+            (doc, text, HalfVector(vec), embedder.name)).fetchone()[0]
+        conn.commit()
+        response = search(conn, embedder, "zyzzogeton whale", top_k=5, config=SearchConfig.only("keyword"))
+        english = [t for t in response.keyword_trace if t["config"] == "english"][0]
+        assert english["terms"][0] == "zyzzogeton" and english["absent"] == []  # rare, first, and found
+        assert response.results[0].passage_id == new_id
+
+
+def test_keyword_lane_works_before_the_first_refresh(db, embedder, shared_data, corpus):
+    small_library(db, embedder, shared_data, books=2, refresh=False)
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM lexeme_df").fetchone()[0] == 0
+        response = search(conn, embedder, "Sherlock Holmes violin", top_k=5, config=SearchConfig.only("keyword"))
+        assert response.results and all("Holmes" in r.text or "Sherlock" in r.text for r in response.results)

@@ -1,0 +1,28 @@
+"""Hybrid search: vector + keyword + title (+ structure) lanes, weighted RRF,
+cross-encoder rerank of the whole pool, and a separate summaries lane.
+
+    from serving.search import search, SearchConfig, SearchFilters
+    response = search(conn, embedder, "moby dick harpoon", top_k=10)
+"""
+
+from serving.search.engine import search
+from serving.search.types import (
+    MAX_QUERY_CHARS,
+    MAX_TOP_K,
+    SearchConfig,
+    SearchError,
+    SearchFilters,
+    SearchResponse,
+    SearchResult,
+)
+
+__all__ = [
+    "search",
+    "SearchConfig",
+    "SearchFilters",
+    "SearchResponse",
+    "SearchResult",
+    "SearchError",
+    "MAX_TOP_K",
+    "MAX_QUERY_CHARS",
+]

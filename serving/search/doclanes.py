@@ -1,0 +1,116 @@
+"""Lanes that find documents rather than passages, then hand fusion a passage
+to stand for each: the title lane (known-item lookups) and the structure lane
+("table of contents").
+
+A document found by name is represented by its passage that the vector or
+keyword lane already ranked best (the part of the book that also matches the
+query's content); failing that, by its first passage (the title page / start).
+
+Structure lane, and why it exists: the reference system's "table of
+contents" query scored ~0.44 cosine against the real TOC chunk, which is
+mostly numbers and dotted leaders; full text found it only because that chunk
+literally said "Table of Contents". Ours often say just "Contents" (SICP
+does), and the AND of "tabl & content" then misses them. The chunker marks
+such chunks `kind = 'toc'`, so an explicit request for the TOC is answered
+from that column: a small fixed phrase list, not a guess from embeddings.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import psycopg
+from psycopg import sql
+
+from serving.search.filters import Predicate
+from serving.search.lanes import LaneHits
+from serving.search.titles import NameIndex
+from serving.search.types import SearchFilters
+
+# Requests for a table of contents, in the languages the corpus is likely to have.
+# Bare "contents"/"содержание" are left out on purpose: "DNA content of cells"
+# must not turn into a TOC request.
+TOC_PHRASES = re.compile(
+    r"\b(table\s+of\s+contents?|toc|contents\s+page|оглавлени[еяю]|inhaltsverzeichnis"
+    r"|table\s+des\s+mati[eè]res|[íi]ndice\s+general)\b",
+    re.IGNORECASE | re.UNICODE,
+)
+
+
+def toc_request(text: str) -> str | None:
+    """The rest of the query when it asks for a table of contents, else None."""
+    if not TOC_PHRASES.search(text):
+        return None
+    return TOC_PHRASES.sub(" ", text).strip()
+
+
+def _doc_allowed(doc_source: str, doc_id: int, filters: SearchFilters) -> bool:
+    if filters.sources and doc_source not in filters.sources:
+        return False
+    if filters.document_ids and doc_id not in filters.document_ids:
+        return False
+    return True
+
+
+def _first_passages(conn: psycopg.Connection, doc_ids: list[int], predicate: Predicate) -> dict[int, int]:
+    if not doc_ids:
+        return {}
+    query = sql.SQL(
+        "SELECT DISTINCT ON (p.document_id) p.document_id, p.id FROM passages p "
+        "WHERE p.document_id = ANY(%(docs)s) AND p.summary_level = 0 AND {pred} "
+        "ORDER BY p.document_id, p.ordinal, p.id").format(pred=predicate.clause)
+    return {d: pid for d, pid in conn.execute(query, {**predicate.params, "docs": doc_ids})}
+
+
+def title_lane(conn: psycopg.Connection, names: NameIndex, query: dict[str, set[str]], predicate: Predicate,
+               filters: SearchFilters, other: list[LaneHits], *, depth: int, min_terms: int) -> LaneHits:
+    started = time.perf_counter()
+    matches = [(doc, n, terms) for doc, n, terms in names.match(query, min_terms)
+               if doc.status != "removed" or filters.include_removed]
+    matches = [m for m in matches if _doc_allowed(m[0].source, m[0].id, filters)][:depth]
+    # best passage of each matched document among the other lanes' hits
+    best: dict[int, tuple[int, int]] = {}
+    for lane in other:
+        for rank, (pid, doc_id) in enumerate(zip(lane.ids, lane.doc_ids), start=1):
+            if doc_id is not None and (doc_id not in best or rank < best[doc_id][0]):
+                best[doc_id] = (rank, pid)
+    first = _first_passages(conn, [d.id for d, _, _ in matches if d.id not in best], predicate)
+    hits = LaneHits("title")
+    for doc, n, _terms in matches:
+        pid = best[doc.id][1] if doc.id in best else first.get(doc.id)
+        if pid is not None and pid not in hits.ids:
+            hits.ids.append(pid)
+            hits.scores.append(float(n))
+            hits.doc_ids.append(doc.id)
+    hits.ms = (time.perf_counter() - started) * 1000
+    named = ", ".join(f"{d.path} ({'+'.join(t)})" for d, _, t in matches[:3])
+    hits.status = (f"ok: {len(hits)} documents by name" + (f": {named}" if named else "")) if hits.ids else \
+        f"empty: no document name shares >= {min_terms} terms with the query"
+    return hits
+
+
+def structure_lane(conn: psycopg.Connection, text: str, names: NameIndex, query: dict[str, set[str]],
+                   predicate: Predicate, *, depth: int) -> LaneHits | None:
+    """TOC passages when the query asks for a table of contents; None otherwise."""
+    rest = toc_request(text)
+    if rest is None:
+        return None
+    started = time.perf_counter()
+    rows = conn.execute(sql.SQL(
+        "SELECT p.id, p.document_id FROM passages p WHERE p.kind = 'toc' AND p.summary_level = 0 AND {pred} "
+        "ORDER BY p.document_id, p.ordinal LIMIT 500").format(pred=predicate.clause), predicate.params).fetchall()
+    # documents the rest of the query names ("table of contents of moby dick") come first
+    overlap = {names.docs[pos].id: n for pos, (n, _) in names.overlaps(query).items()} if rest else {}
+    seen_doc: dict[int | None, int] = {}
+    ranked = []
+    for pid, doc_id in rows:
+        ordinal_in_doc = seen_doc.get(doc_id, 0)
+        seen_doc[doc_id] = ordinal_in_doc + 1
+        ranked.append((-overlap.get(doc_id, 0), ordinal_in_doc, doc_id or 0, pid))
+    ranked.sort()
+    hits = LaneHits("structure", [r[3] for r in ranked[:depth]], [float(-r[0]) for r in ranked[:depth]],
+                    [r[2] or None for r in ranked[:depth]])
+    hits.ms = (time.perf_counter() - started) * 1000
+    hits.status = f"ok: {len(hits)} table-of-contents passages" if hits.ids else "empty: no TOC passages"
+    return hits

@@ -1,0 +1,57 @@
+"""SQL predicates for SearchFilters, shared by every lane.
+
+Composed with psycopg.sql and bound parameters only. The predicate never
+mentions `summary_level` or `embed_model`: the vector lanes must write those
+as literals matching their partial index, so they add them themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from serving.search.types import SearchError, SearchFilters
+
+
+@dataclass(frozen=True)
+class Predicate:
+    clause: sql.Composable
+    params: dict[str, Any]
+
+
+def resolve_paths(conn: psycopg.Connection, filters: SearchFilters) -> SearchFilters:
+    """Turn `paths` into document ids (union with any ids given). An unknown path is
+    an error: an agent filtering on a typo must not get "no results" back."""
+    if not filters.paths:
+        return filters
+    rows = conn.execute("SELECT id, path FROM documents WHERE path = ANY(%s)", (list(filters.paths),)).fetchall()
+    found = {path for _, path in rows}
+    missing = [p for p in filters.paths if p not in found]
+    if missing:
+        raise SearchError(f"no document with path {missing[0]!r}; library_files(pattern) lists the exact paths")
+    ids = tuple(sorted({*(filters.document_ids or ()), *(row[0] for row in rows)}))
+    return replace(filters, paths=None, document_ids=ids)
+
+
+def passage_predicate(filters: SearchFilters, alias: str = "p") -> Predicate:
+    """WHERE clause (without the WHERE) selecting the passages `filters` allow."""
+    col = lambda name: sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(name))  # noqa: E731
+    parts: list[sql.Composable] = []
+    params: dict[str, Any] = {}
+    for flag, include in (("removed", filters.include_removed), ("superseded", filters.include_superseded),
+                          ("archived", filters.include_archived)):
+        if not include:
+            parts.append(sql.SQL("NOT {}").format(col(flag)))
+    for name, column in (("sources", "source"), ("scopes", "scope"), ("kinds", "kind")):
+        values = getattr(filters, name)
+        if values:
+            parts.append(sql.SQL("{} = ANY({})").format(col(column), sql.Placeholder(f"f_{name}")))
+            params[f"f_{name}"] = list(values)
+    if filters.document_ids:
+        parts.append(sql.SQL("{} = ANY({})").format(col("document_id"), sql.Placeholder("f_document_ids")))
+        params["f_document_ids"] = list(filters.document_ids)
+    clause = sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
+    return Predicate(clause, params)

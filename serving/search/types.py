@@ -1,0 +1,226 @@
+"""The public shapes of search: filters, configuration, results, response.
+
+One `search()` serves agents (MCP), the CLI and the evaluation harness. The
+reference system's harness once scored a private copy of the keyword lane and
+kept printing stale numbers; so every variant an evaluation wants to compare
+("vector only", "keyword only", "fused", "fused + rerank") is a `SearchConfig`
+of the same function, never a second implementation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SOURCES = ("library", "vault", "memory")
+SCOPES = ("self", "department", "global")
+MAX_TOP_K = 100
+MAX_QUERY_CHARS = 2000  # MiniLM reads ~1,000 characters; the keyword lane uses <= 6 terms
+
+
+class SearchError(ValueError):
+    """Bad input a caller can fix (empty query, unknown filter, top_k out of range).
+
+    Its message is written for the agent that sent the request: it says what
+    was wrong and what would be accepted. Never carries a stack trace or SQL.
+    """
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Restrict which passages may be returned. Every field is optional.
+
+    Removed, superseded and archived rows are excluded unless asked for
+    (DESIGN: never deleted, searchable on explicit request).
+    """
+
+    sources: tuple[str, ...] | None = None        # 'library' | 'vault' | 'memory'
+    document_ids: tuple[int, ...] | None = None
+    paths: tuple[str, ...] | None = None          # exact document paths (as library_files returns them)
+    scopes: tuple[str, ...] | None = None         # 'self' | 'department' | 'global'
+    kinds: tuple[str, ...] | None = None          # 'text' | 'toc' | 'note' | 'memory' ...
+    include_removed: bool = False
+    include_superseded: bool = False
+    include_archived: bool = False
+
+    # names accepted from MCP / CLI; singular aliases are what agents tend to type
+    _ALIASES = {
+        "source": "sources", "sources": "sources",
+        "document_id": "document_ids", "document_ids": "document_ids",
+        "document": "paths", "documents": "paths", "path": "paths", "paths": "paths",
+        "scope": "scopes", "scopes": "scopes",
+        "kind": "kinds", "kinds": "kinds",
+        "include_removed": "include_removed",
+        "include_superseded": "include_superseded",
+        "include_archived": "include_archived",
+    }
+
+    @property
+    def is_empty(self) -> bool:
+        return self == SearchFilters()
+
+    @classmethod
+    def accepted_names(cls) -> list[str]:
+        return sorted(cls._ALIASES)
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any] | None) -> SearchFilters:
+        """Validate filters sent by an agent; unknown names are an error, not ignored
+        (a silently dropped filter returns results the caller believes are filtered)."""
+        if not raw:
+            return cls()
+        if not isinstance(raw, dict):
+            raise SearchError(f"filters must be an object, got {type(raw).__name__}")
+        values: dict[str, Any] = {}
+        for key, value in raw.items():
+            name = cls._ALIASES.get(str(key).strip().lower())
+            if name is None:
+                raise SearchError(f"unknown filter {key!r}; accepted filters: {', '.join(cls.accepted_names())}")
+            if value is None:
+                continue
+            if name.startswith("include_"):
+                if not isinstance(value, bool):
+                    raise SearchError(f"filter {key!r} must be true or false")
+                values[name] = value
+                continue
+            items = list(value) if isinstance(value, (list, tuple, set)) else [value]
+            if not items:
+                continue
+            if name == "paths" and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+                name = "document_ids"  # {"document": 12} means the id
+            if name == "document_ids":
+                try:
+                    values[name] = tuple(int(v) for v in items)
+                except (TypeError, ValueError):
+                    raise SearchError(f"filter {key!r} takes integer document ids") from None
+            else:
+                values[name] = tuple(str(v) for v in items)
+        return cls(**values).validated()
+
+    def validated(self) -> SearchFilters:
+        for name, allowed in (("sources", SOURCES), ("scopes", SCOPES)):
+            given = getattr(self, name)
+            if given:
+                bad = [v for v in given if v not in allowed]
+                if bad:
+                    raise SearchError(f"filter {name!r}: {bad[0]!r} is not one of {', '.join(allowed)}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self).items() if v not in (None, False)}
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Lane switches and weights. Defaults are the reference system's figures
+    (RRF k = 60, title lane weight 2.0, <= 6 keyword terms, noise above 10%)."""
+
+    vector: bool = True
+    keyword: bool = True
+    title: bool = True
+    structure: bool = True          # "table of contents" -> kind='toc' passages (see structure.py)
+    summaries: bool = True
+    rerank: bool = True             # used only when a cross-encoder is configured
+    rrf_k: int = 60
+    vector_weight: float = 1.0
+    keyword_weight: float = 1.0
+    # with k = 60 every lane's rank 1 scores 1/61: an exact title match tied an
+    # ordinary semantic hit and lost on insertion order until it weighed 2x.
+    title_weight: float = 2.0
+    structure_weight: float = 1.0
+    vector_depth: int = 50
+    keyword_depth: int = 50
+    title_depth: int = 10
+    structure_depth: int = 10
+    summaries_k: int = 5
+    # HNSW candidate list. Measured (benchmarks/search.py, 100k SciFact-derived rows, the
+    # schema's m=16 / ef_construction=64, 300 queries): recall@10 vs exact 0.90 at 100, 0.96
+    # at 200, 0.977-0.9955 at 400 (two builds of the same data differ: HNSW construction is
+    # randomised), 0.990 at 600, 0.9993 at 800 - for 0.8 -> 5.9 ms p50 in the lane. Raising
+    # ef_construction to 200 only reached 0.9895 at ef_search 200; m=32 + ef_construction=200
+    # reached 0.9915 at 200 but builds 4.5x slower. The query-time knob is the cheap one.
+    ef_search: int = 800
+    max_scan_tuples: int = 20000    # pgvector iterative-scan budget for filtered queries
+    keyword_max_terms: int = 6
+    keyword_noise_ratio: float = 0.10
+    keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
+    keyword_max_matches: int = 5000  # BM25 is computed over at most this many matched rows
+    title_min_terms: int = 2
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    log_queries: bool = True        # the real-query eval set is built from these logs
+    label: str = "default"
+
+    @classmethod
+    def only(cls, *lanes: str, **overrides: Any) -> SearchConfig:
+        """A config with just these lanes on, e.g. SearchConfig.only('vector')."""
+        known = ("vector", "keyword", "title", "structure")
+        bad = [lane for lane in lanes if lane not in known]
+        if bad:
+            raise ValueError(f"unknown lane {bad[0]!r}; lanes: {', '.join(known)}")
+        switches: dict[str, Any] = {lane: lane in lanes for lane in known}
+        return cls(**{**switches, "rerank": False, "label": "+".join(lanes), **overrides})
+
+
+@dataclass
+class SearchResult:
+    passage_id: int
+    document_id: int | None
+    path: str | None
+    title: str | None
+    source: str
+    location: str
+    kind: str
+    score: float
+    lanes: dict[str, int]
+    text: str
+    summary_level: int = 0
+    page_start: int | None = None
+    page_end: int | None = None
+    heading: str | None = None
+    fused_score: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The shape the MCP tool and `library search --json` return."""
+        return {
+            "id": self.passage_id,
+            "source": self.source,
+            "path": self.path,
+            "title": self.title,
+            "location": self.location,
+            "kind": self.kind,
+            "score": round(self.score, 6),
+            "lanes": dict(self.lanes),
+            "text": self.text,
+        }
+
+
+@dataclass
+class SearchResponse:
+    query: str
+    results: list[SearchResult]
+    summaries: list[SearchResult] = field(default_factory=list)
+    score_kind: str = "rrf"                             # 'rrf' | 'cross-encoder'
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> "ok: ..." / "skipped: ..." / "off"
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> milliseconds
+    warnings: list[str] = field(default_factory=list)
+    keyword_trace: list[dict[str, Any]] = field(default_factory=list)
+    health: dict[str, Any] = field(default_factory=dict)
+    pool_size: int = 0
+    config_label: str = "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "returned": len(self.results),
+            "score_kind": self.score_kind,
+            "results": [r.to_dict() for r in self.results],
+            "summaries": [r.to_dict() for r in self.summaries],
+            "pool_size": self.pool_size,
+            "stages": dict(self.stages),
+            "timings_ms": {k: round(v, 1) for k, v in self.timings.items()},
+            "warnings": list(self.warnings),
+            "health": dict(self.health),
+        }

@@ -1,0 +1,75 @@
+"""Vector lane: nearest passages by cosine distance over the per-model halfvec HNSW.
+
+The indexes are partial (schema.sql `ensure_vector_indexes`): one over
+`embed_model = '<model>' AND summary_level = 0`, one over `summary_level > 0`.
+The planner uses a partial index only when the query's WHERE implies the
+index predicate, and it cannot prove that through a bound parameter, so the
+model name is a literal here (psycopg.sql.Literal) and the ORDER BY repeats
+the exact indexed expression `embedding::halfvec(N)`.
+
+Filters (one source, one scope, one document) are applied after HNSW finds
+its neighbours; a filter that keeps 2% of rows would return ~0.2 of k from a
+plain scan. pgvector 0.8's iterative scan (`hnsw.iterative_scan =
+relaxed_order`) keeps walking the graph until k rows pass the filter (or
+`hnsw.max_scan_tuples` is spent); relaxed order means rows can arrive
+slightly out of order, so they are re-sorted by distance here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+from psycopg import sql
+
+from serving.search.filters import Predicate
+from serving.search.lanes import LaneHits
+
+log = logging.getLogger(__name__)
+
+
+def set_scan_options(conn: psycopg.Connection, ef_search: int, max_scan_tuples: int) -> None:
+    """Transaction-local HNSW settings (must run inside the search transaction)."""
+    conn.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('hnsw.ef_search', %s, true), set_config('hnsw.max_scan_tuples', %s, true)",
+        (str(int(ef_search)), str(int(max_scan_tuples))),
+    )
+
+
+def vector_sql(model: str, dims: int, predicate: Predicate, *, summaries: bool, exact: bool = False) -> sql.Composed:
+    """`exact` orders by an expression the index cannot serve (`+ 0`): the planner then
+    reads the filtered rows (document btree) and sorts them - right for one document,
+    whose few hundred passages HNSW would have to dig for among all the others."""
+    cast = sql.SQL("halfvec({})").format(sql.SQL(str(int(dims))))
+    level = sql.SQL("p.summary_level > 0" if summaries else "p.summary_level = 0")
+    order = sql.SQL("(p.embedding::{cast} <=> %(qvec)s::{cast}) + 0" if exact else
+                    "p.embedding::{cast} <=> %(qvec)s::{cast}").format(cast=cast)
+    return sql.SQL(
+        "SELECT p.id, p.document_id, (p.embedding::{cast} <=> %(qvec)s::{cast}) AS distance FROM passages p "
+        "WHERE p.embed_model = {model} AND {level} AND {pred} ORDER BY {order} LIMIT %(k)s"
+    ).format(cast=cast, model=sql.Literal(model), level=level, pred=predicate.clause, order=order)
+
+
+def vector_lane(conn: psycopg.Connection, model: str, dims: int, qvec: np.ndarray, predicate: Predicate,
+                *, depth: int, summaries: bool = False, exact: bool = False) -> LaneHits:
+    name = "summaries" if summaries else "vector"
+    started = time.perf_counter()
+    query = vector_sql(model, dims, predicate, summaries=summaries, exact=exact)
+    params = {**predicate.params, "qvec": HalfVector(np.asarray(qvec, dtype=np.float32)), "k": int(depth)}
+    rows = conn.execute(query, params).fetchall()
+    rows.sort(key=lambda r: (r[2], r[0]))  # relaxed_order: restore exact distance order
+    hits = LaneHits(name, [r[0] for r in rows], [1.0 - float(r[2]) for r in rows], [r[1] for r in rows])
+    hits.ms = (time.perf_counter() - started) * 1000
+    how = "exact scan" if exact else "HNSW"
+    hits.status = f"ok: {len(hits)} nearest ({how})" if rows else "empty: no embedded rows match"
+    return hits
+
+
+def is_uniform(scores: list[float], minimum: int = 3, tolerance: float = 1e-6) -> bool:
+    """All scores equal: the symptom of a broken embedder (constant vectors) or a
+    cross-encoder that ignores its input."""
+    return len(scores) >= minimum and (max(scores) - min(scores)) <= tolerance
