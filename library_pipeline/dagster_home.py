@@ -11,10 +11,18 @@ import yaml
 
 from serving.db import Database
 
+LANE_TAG = "library/lane"  # run tag that puts a run in a lane (library_pipeline.defs.ops)
+
 RUN_QUEUE = {
-    # enrichment (RAPTOR, graph) must not starve ingestion: tag-based limits
+    # Enrichment (RAPTOR, graph) and maintenance (memory upkeep, reconcile) get
+    # one slot each, so at least two of the four always remain for ingestion
+    # (runs without a lane tag, e.g. the folder sensor's, count only against
+    # the total). Four, not more: on 2 cores each run holds a loaded embedder.
     "max_concurrent_runs": 4,
-    "tag_concurrency_limits": [{"key": "library/lane", "value": "enrich", "limit": 1}],
+    "tag_concurrency_limits": [
+        {"key": LANE_TAG, "value": "enrich", "limit": 1},
+        {"key": LANE_TAG, "value": "maintenance", "limit": 1},
+    ],
 }
 
 
@@ -33,6 +41,13 @@ def prepare_dagster_home(db: Database) -> Path:
             "module": "dagster.core.run_coordinator",
             "class": "QueuedRunCoordinator",
             "config": RUN_QUEUE,
+        },
+        # step stdout/stderr viewable in the UI's run page (without it the
+        # instance page showed `compute_logs: NoneType`)
+        "compute_logs": {
+            "module": "dagster._core.storage.local_compute_log_manager",
+            "class": "LocalComputeLogManager",
+            "config": {"base_dir": str(home / "compute_logs")},
         },
         "telemetry": {"enabled": False},
     }
