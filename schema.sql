@@ -198,3 +198,70 @@ CREATE TABLE IF NOT EXISTS search_log (
     degenerate  text            -- why the breaker counted this search, if it did
 );
 CREATE INDEX IF NOT EXISTS search_log_at_idx ON search_log (at);
+
+-- ---------------------------------------------------------------------------
+-- Agent memory (the Librarian: serving/memory writes, library_pipeline/defs/memory curates)
+-- One row per version of an agent's artifact. Its text is also stored as one or
+-- more `passages` rows (source 'memory', memory_id below) so that the same
+-- search lanes find it; scope / agent / department / archived / superseded /
+-- cold are denormalised onto those rows and kept in step by every writer.
+-- Visibility (self: the owning agent; department: that department; global: all)
+-- is a WHERE clause in every read (serving.search.filters.visibility).
+CREATE TABLE IF NOT EXISTS memories (
+    id              bigserial PRIMARY KEY,
+    artifact_id     text NOT NULL,
+    version         integer NOT NULL DEFAULT 1,
+    agent           text NOT NULL,
+    department      text,
+    scope           text NOT NULL CHECK (scope IN ('self', 'department', 'global')),
+    type            text,
+    meta            jsonb NOT NULL DEFAULT '{}'::jsonb,
+    content         text NOT NULL,
+    content_hash    text NOT NULL,            -- memory_content_hash(content): normalised
+    chunks          integer NOT NULL DEFAULT 1,
+    relevance       numeric(4, 3) NOT NULL DEFAULT 1.0,
+    decay_steps     integer NOT NULL DEFAULT 0,   -- decay periods applied since the last access
+    access_count    integer NOT NULL DEFAULT 0,
+    accessed_at     timestamptz,
+    archived_at     timestamptz,              -- decayed below the threshold (hidden by default)
+    duplicate_of    bigint REFERENCES memories(id),  -- near/exact duplicate merged into that record
+    promoted_at     timestamptz,
+    promoted_reason text,
+    tier            text NOT NULL DEFAULT 'active' CHECK (tier IN ('active', 'cold')),
+    cold_at         timestamptz,
+    superseded      boolean NOT NULL DEFAULT false,  -- an older version of its artifact (kept)
+    superseded_at   timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (agent, artifact_id, version)
+);
+CREATE INDEX IF NOT EXISTS memories_hash_idx ON memories (scope, content_hash) WHERE NOT superseded;
+CREATE INDEX IF NOT EXISTS memories_artifact_idx ON memories (artifact_id);
+CREATE INDEX IF NOT EXISTS memories_activity_idx ON memories (tier, scope, (coalesce(accessed_at, created_at)));
+
+-- Every read of a memory (search hit or get): who, when, which query.
+CREATE TABLE IF NOT EXISTS memory_access_log (
+    id          bigserial PRIMARY KEY,
+    memory_id   bigint NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+    agent       text,
+    department  text,
+    action      text NOT NULL DEFAULT 'search',   -- search | get
+    query       text,
+    at          timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS memory_access_log_memory_idx ON memory_access_log (memory_id, at);
+
+ALTER TABLE passages ADD COLUMN IF NOT EXISTS memory_id bigint REFERENCES memories(id) ON DELETE CASCADE;
+ALTER TABLE passages ADD COLUMN IF NOT EXISTS cold boolean NOT NULL DEFAULT false;  -- memory retention tier
+CREATE INDEX IF NOT EXISTS passages_memory_idx ON passages (memory_id) WHERE memory_id IS NOT NULL;
+
+-- The one normalisation of memory content for exact dedup: Unicode NFKC,
+-- lower case, whitespace runs collapsed, trimmed. Serving (index time) and the
+-- pipeline (the "no exact duplicates in global" check) both hash through here.
+CREATE OR REPLACE FUNCTION memory_normalise(p_content text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT lower(btrim(regexp_replace(normalize(p_content, NFKC), '\s+', ' ', 'g')))
+$$;
+CREATE OR REPLACE FUNCTION memory_content_hash(p_content text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT encode(sha256(convert_to(memory_normalise(p_content), 'UTF8')), 'hex')
+$$;

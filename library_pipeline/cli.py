@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from serving import cli as serving_cli
+from serving.memory_cli import memory_app
 from serving.db import Database
 from serving.settings import Settings
 
@@ -141,6 +142,7 @@ def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only l
 app.command("search")(serving_cli.search)
 app.command("files")(serving_cli.files)
 app.command("serve")(serving_cli.serve)
+app.add_typer(memory_app, name="memory", help="Agent memory: index, search, get, forget.")
 
 
 @app.command()

@@ -1,5 +1,6 @@
-"""The MCP surface: `library_search` and `library_files`, over stdio or
-streamable HTTP (mcp 2.x MCPServer).
+"""The MCP surface: `library_search`, `library_files` and agent memory
+(`memory_index`, `memory_search`, `memory_get`), over stdio or streamable HTTP
+(mcp 2.x MCPServer).
 
     python -m serving.mcp_server                 # stdio (what an agent host spawns)
     python -m serving.mcp_server --http          # http://127.0.0.1:8765/mcp
@@ -11,6 +12,13 @@ to use the results honestly: what the scores mean, and that only
 library_files' `matched = 0` proves a work is absent - the reference agent
 otherwise softened real absences into "closest matches".
 
+Identity (who is calling) comes from the transport, never from a tool argument:
+over HTTP each bearer token in the LIBRARY_IDENTITIES file names an agent and
+its department (an unknown token is refused before any tool runs); over stdio
+the server process is one agent's, configured by LIBRARY_AGENT /
+LIBRARY_DEPARTMENT. The identity decides which `self` / `department` memories
+exist for the caller, in the SQL of every read (library_search included).
+
 Errors an agent can fix come back as a one-line message; anything else is
 logged here with its traceback and reported as an internal error, never as a
 stack trace in the tool result.
@@ -19,6 +27,7 @@ stack trace in the tool result.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -28,15 +37,18 @@ import sys
 import threading
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from serving.memory import service as memsvc
+from serving.memory.identity import IdentityError, IdentityMap, env_identity, load_identities
 from serving.runtime import Library
-from serving.search.types import MAX_TOP_K, SearchError, SearchFilters
+from serving.search.types import MAX_TOP_K, SearchError, SearchFilters, Viewer
 
 log = logging.getLogger("serving.mcp")
 
 TOKEN_ENV = "LIBRARY_MCP_TOKEN"
+IDENTITY_SCOPE_KEY = "library.identity"  # set on the ASGI scope by BearerAuth
 DEFAULT_PORT = 8765
 
 INSTRUCTIONS = """\
@@ -85,20 +97,85 @@ but could not be read; "pending" means not yet searchable. Limitation: a work st
 under an unrecognisable file name and without a title reads as absent."""
 
 
+MEMORY_INDEX_DESCRIPTION = """\
+Store an artifact in agent memory (the Librarian's `index`). It is chunked, embedded
+and searchable as soon as this returns. You are the author: your identity comes from
+this connection, not from an argument.
+
+Arguments: artifact_id (your id for the artifact; indexing the same id again stores a
+new version and supersedes the old one, which is kept); content (text, up to 200,000
+characters); scope: "self" (only you), "department" (your department's agents) or
+"global" (every agent); meta (optional object: type, task_id, date "YYYY-MM-DD", any
+other JSON fields).
+
+Exact duplicates (same normalised text in the same scope) are not stored twice: the
+existing record is returned (status "duplicate" or "unchanged") with your meta merged
+in. Returns {status: created | new_version | duplicate | unchanged, id, artifact_id,
+version, scope, chunks, meta}."""
+
+MEMORY_SEARCH_DESCRIPTION = f"""\
+Search agent memory (the Librarian's `search`): the same hybrid lanes as
+library_search, over the memories you may see - your own `self` records, your
+department's, and `global` ones.
+
+Arguments: query; top_k 1-{MAX_TOP_K} (default 5); filter (optional object): scope (one
+or a list of "self" | "department" | "global"), type, agent, min_relevance (0-1),
+include_archived (decayed records, default false), include_cold (records retention
+moved to cold storage, default false), include_superseded (old versions),
+include_library (also search books and vault notes).
+
+Returns {{results: [{{id, content, score, meta: {{agent, date, task_id, type, scope,
+artifact_id, version, relevance, ...}}}}], total_found, returned}}. `content` is the
+best-matching passage of the record (memory_get returns the whole text); one result
+per record. Scores rank within one response only. total_found counts the records
+among the candidates the search considered (at most 100 passages), not the store."""
+
+MEMORY_GET_DESCRIPTION = """\
+Fetch one memory record with its full content: id is the numeric id from
+memory_search / memory_index, or an artifact id (your own artifact first, then
+the newest visible one). Returns {id, content, meta, access_count, versions}.
+A record you may not see reads exactly like one that does not exist."""
+
+
 def _internal(tool: str, exc: BaseException) -> ToolError:
     log.error("%s failed", tool, exc_info=exc)
     return ToolError(f"{tool} failed with an internal error ({type(exc).__name__}); the server log has "
                      f"details. Retry, or simplify the request.")
 
 
-def build_server(library: Library | None = None) -> MCPServer:
+def caller_identity(ctx: Context | None, stdio_identity: Viewer | None) -> Viewer | None:
+    """The identity BearerAuth attached to this HTTP request; over stdio (no HTTP
+    request) the process's configured identity. None: anonymous (global rows only)."""
+    request = None
+    if ctx is not None:
+        try:
+            request = ctx.request_context.request
+        except (AttributeError, LookupError, ValueError):
+            request = None
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        return scope.get(IDENTITY_SCOPE_KEY)
+    return stdio_identity
+
+
+def build_server(library: Library | None = None, *, stdio_identity: Viewer | None = None) -> MCPServer:
+    """`stdio_identity` defaults to LIBRARY_AGENT / LIBRARY_DEPARTMENT; HTTP requests
+    carry their token's identity instead (see http_app)."""
     lib = library or Library()
     server = MCPServer("library", instructions=INSTRUCTIONS, version="0.1.0")
+    if stdio_identity is None:
+        try:
+            stdio_identity = env_identity()
+        except IdentityError as exc:
+            raise SystemExit(str(exc)) from None
 
     @server.tool(name="library_search", description=SEARCH_DESCRIPTION)
-    def library_search(query: str, top_k: int = 10, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+    def library_search(query: str, top_k: int = 10, filters: dict[str, Any] | None = None,
+                       ctx: Context | None = None) -> dict[str, Any]:
         try:
             parsed = SearchFilters.from_mapping(filters)
+            viewer = caller_identity(ctx, stdio_identity) or Viewer()
+            parsed = dataclasses.replace(parsed, viewer=viewer)
             return lib.search(query, top_k=top_k, filters=parsed).to_dict()
         except SearchError as exc:
             raise ToolError(str(exc)) from None
@@ -118,8 +195,36 @@ def build_server(library: Library | None = None) -> MCPServer:
         except Exception as exc:
             raise _internal("library_files", exc) from None
 
+    @server.tool(name="memory_index", description=MEMORY_INDEX_DESCRIPTION)
+    def memory_index(artifact_id: str, content: str, scope: str = "self", meta: dict[str, Any] | None = None,
+                     ctx: Context | None = None) -> dict[str, Any]:
+        return _memory_call("memory_index", lambda: memsvc.memory_index(lib, 
+            caller_identity(ctx, stdio_identity), artifact_id=artifact_id, content=content, scope=scope,
+            meta=meta))
+
+    @server.tool(name="memory_search", description=MEMORY_SEARCH_DESCRIPTION)
+    def memory_search(query: str, top_k: int = 5, filter: dict[str, Any] | None = None,
+                      ctx: Context | None = None) -> dict[str, Any]:
+        return _memory_call("memory_search", lambda: memsvc.memory_search(lib, 
+            caller_identity(ctx, stdio_identity), query, top_k=top_k, filter=filter))
+
+    @server.tool(name="memory_get", description=MEMORY_GET_DESCRIPTION)
+    def memory_get(id: int | str, ctx: Context | None = None) -> dict[str, Any]:
+        return _memory_call("memory_get", lambda: memsvc.memory_get(lib, caller_identity(ctx, stdio_identity), id))
+
     server.library = lib  # type: ignore[attr-defined]  # for warm-up and shutdown
     return server
+
+
+def _memory_call(tool: str, fn) -> dict[str, Any]:
+    try:
+        return fn()
+    except SearchError as exc:  # MemoryError is one
+        raise ToolError(str(exc)) from None
+    except ConnectionError as exc:
+        raise ToolError(str(exc)) from None
+    except Exception as exc:
+        raise _internal(tool, exc) from None
 
 
 # -- HTTP ----------------------------------------------------------------------
@@ -133,18 +238,39 @@ def is_loopback(host: str) -> bool:
 
 
 class BearerAuth:
-    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`."""
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`,
+    either LIBRARY_MCP_TOKEN (identity: LIBRARY_AGENT / LIBRARY_DEPARTMENT, if set) or
+    a token of the LIBRARY_IDENTITIES file (identity: its agent and department). The
+    identity is attached to the ASGI scope for the tools (caller_identity)."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str | None, identities: IdentityMap | None = None,
+                 token_identity: Viewer | None = None) -> None:
         self.app = app
-        self._token = token.encode("utf-8")
+        self._token = token.encode("utf-8") if token else None
+        self._identities = identities
+        self._token_identity = token_identity
+
+    def _identify(self, given: bytes) -> tuple[bool, Viewer | None]:
+        ok, viewer = False, None
+        if self._token is not None and hmac.compare_digest(given, self._token):
+            ok, viewer = True, self._token_identity
+        if self._identities is not None:
+            found = self._identities.lookup(given)
+            if found is not None:
+                ok, viewer = True, found
+        return ok, viewer
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             header = dict(scope.get("headers") or []).get(b"authorization", b"")
             scheme, _, given = header.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
-                body = json.dumps({"error": "unauthorized: send Authorization: Bearer <LIBRARY_MCP_TOKEN>"}).encode()
+            ok, viewer = self._identify(given.strip()) if scheme.lower() == b"bearer" else (False, None)
+            if ok:
+                scope[IDENTITY_SCOPE_KEY] = viewer
+            else:
+                body = json.dumps({"error": "unauthorized: send Authorization: Bearer <token> with "
+                                            "LIBRARY_MCP_TOKEN or a token of the LIBRARY_IDENTITIES file; "
+                                            "this token is unknown"}).encode()
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"),
                                         (b"www-authenticate", b'Bearer realm="library"'),
@@ -154,15 +280,41 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_app(server: MCPServer, host: str = "127.0.0.1", token: str | None = None) -> Any:
-    """The streamable-HTTP ASGI app (endpoint /mcp), behind the bearer check when a token is set.
-    Raises SystemExit when asked to bind beyond loopback without a token."""
+class _LocalIdentity:
+    """Loopback without tokens: every request is the process's configured identity."""
+
+    def __init__(self, app: Any, viewer: Viewer | None) -> None:
+        self.app, self.viewer = app, viewer
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope[IDENTITY_SCOPE_KEY] = self.viewer
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, host: str = "127.0.0.1", token: str | None = None,
+             identities: IdentityMap | None = None) -> Any:
+    """The streamable-HTTP ASGI app (endpoint /mcp), behind the bearer check when a token
+    or an identities file is configured. Raises SystemExit when asked to bind beyond
+    loopback without either."""
     token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
-    if not is_loopback(host) and not token:
+    if identities is None:
+        try:
+            identities = load_identities()
+        except IdentityError as exc:
+            raise SystemExit(str(exc)) from None
+    if not is_loopback(host) and not token and not identities:
         raise SystemExit(f"refusing to serve MCP on {host} without a token: set {TOKEN_ENV} "
-                         f"(clients then send 'Authorization: Bearer <token>'), or bind 127.0.0.1")
+                         f"(clients then send 'Authorization: Bearer <token>') or LIBRARY_IDENTITIES, "
+                         f"or bind 127.0.0.1")
     app = server.streamable_http_app(host=host)  # DNS-rebinding protection on loopback
-    return BearerAuth(app, token) if token else app
+    try:
+        local = env_identity()
+    except IdentityError as exc:
+        raise SystemExit(str(exc)) from None
+    if token or identities:
+        return BearerAuth(app, token, identities, token_identity=local)
+    return _LocalIdentity(app, local)
 
 
 def serve_http(host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,

@@ -72,10 +72,13 @@ def _result(row: tuple, score: float, lanes: dict[str, int], fused: float = 0.0)
                         fused_score=fused)
 
 
-def _empty_pool_reason(conn: psycopg.Connection, model: str) -> str | None:
-    """Why an unfiltered search found nothing; None when the library is simply empty."""
-    row = conn.execute("SELECT EXISTS (SELECT 1 FROM passages WHERE embed_model = %s), "
-                       "EXISTS (SELECT 1 FROM passages)", (model,)).fetchone()
+def _empty_pool_reason(conn: psycopg.Connection, model: str, predicate=None) -> str | None:
+    """Why an unfiltered search found nothing; None when the library is simply empty.
+    `predicate` (the viewer's visibility) keeps rows the caller may not see out of the answer."""
+    pred = predicate.clause if predicate is not None else sql.SQL("true")
+    params = {**(predicate.params if predicate is not None else {}), "model": model}
+    row = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM passages p WHERE p.embed_model = %(model)s AND {pred}), "
+                               "EXISTS (SELECT 1 FROM passages p WHERE {pred})").format(pred=pred), params).fetchone()
     if not row[1]:
         return None
     if not row[0]:
@@ -147,7 +150,8 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
                 lanes.append((st, cfg.structure_weight))
         if cfg.title and names is not None:
             tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (vec, kw) if h],
-                            depth=cfg.title_depth, min_terms=cfg.title_min_terms)
+                            depth=cfg.title_depth, min_terms=cfg.title_min_terms,
+                            min_coverage=cfg.title_min_coverage)
             lanes.append((tl, cfg.title_weight))
         elif not cfg.title:
             stages["title"] = "off"
@@ -178,7 +182,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         timings["hydrate"] = _ms(t)
         pool_reason = None
         if not fused and vec is not None and filters.is_empty:
-            pool_reason = _empty_pool_reason(conn, embedder.name)
+            pool_reason = _empty_pool_reason(conn, embedder.name, predicate)
             if pool_reason is None:
                 warnings.append("the library has no passages yet")
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from serving.search.types import SearchError, SearchFilters
+from serving.search.types import SearchError, SearchFilters, Viewer
 
 
 @dataclass(frozen=True)
@@ -53,5 +53,36 @@ def passage_predicate(filters: SearchFilters, alias: str = "p") -> Predicate:
     if filters.document_ids:
         parts.append(sql.SQL("{} = ANY({})").format(col("document_id"), sql.Placeholder("f_document_ids")))
         params["f_document_ids"] = list(filters.document_ids)
+    if not filters.include_cold:
+        parts.append(sql.SQL("NOT {}").format(col("cold")))
+    if filters.agents:
+        parts.append(sql.SQL("{} = ANY({})").format(col("agent"), sql.Placeholder("f_agents")))
+        params["f_agents"] = list(filters.agents)
+    if filters.memory_types or filters.min_relevance is not None:
+        inner = [sql.SQL("m.id = {}").format(col("memory_id"))]
+        if filters.memory_types:
+            inner.append(sql.SQL("m.type = ANY({})").format(sql.Placeholder("f_memory_types")))
+            params["f_memory_types"] = list(filters.memory_types)
+        if filters.min_relevance is not None:
+            inner.append(sql.SQL("m.relevance >= {}").format(sql.Placeholder("f_min_relevance")))
+            params["f_min_relevance"] = float(filters.min_relevance)
+        parts.append(sql.SQL("EXISTS (SELECT 1 FROM memories m WHERE {})").format(sql.SQL(" AND ").join(inner)))
+    if filters.viewer is not None:
+        vis = visibility(filters.viewer, alias)
+        parts.append(vis.clause)
+        params.update(vis.params)
     clause = sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
     return Predicate(clause, params)
+
+
+def visibility(viewer: Viewer, alias: str = "p") -> Predicate:
+    """The rows `viewer` may know exist: every `global` row, `self` rows it wrote,
+    `department` rows of its department. Works for `passages` and `memories` alike
+    (both carry scope / agent / department). A NULL agent or department matches
+    nothing, so an anonymous viewer sees `global` only."""
+    col = lambda name: sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(name))  # noqa: E731
+    clause = sql.SQL("({scope} = 'global' OR ({scope} = 'self' AND {agent} = {va}) "
+                     "OR ({scope} = 'department' AND {dept} = {vd}))").format(
+        scope=col("scope"), agent=col("agent"), dept=col("department"),
+        va=sql.Placeholder("v_agent"), vd=sql.Placeholder("v_department"))
+    return Predicate(clause, {"v_agent": viewer.agent, "v_department": viewer.department})

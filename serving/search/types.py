@@ -19,6 +19,20 @@ MAX_TOP_K = 100
 MAX_QUERY_CHARS = 2000  # MiniLM reads ~1,000 characters; the keyword lane uses <= 6 terms
 
 
+@dataclass(frozen=True)
+class Viewer:
+    """Who is reading: decides which `self` / `department` rows exist for the caller.
+
+    Set by the transport (MCP: the HTTP token's identity, or the stdio process's
+    configured identity; CLI: `--as`), never by a filter an agent sends. A viewer
+    without agent / department sees `global` rows only. `SearchFilters.viewer =
+    None` means a trusted in-process caller (pipeline, eval harness): no restriction.
+    """
+
+    agent: str | None = None
+    department: str | None = None
+
+
 class SearchError(ValueError):
     """Bad input a caller can fix (empty query, unknown filter, top_k out of range).
 
@@ -43,6 +57,12 @@ class SearchFilters:
     include_removed: bool = False
     include_superseded: bool = False
     include_archived: bool = False
+    # agent memory (serving.memory): never accepted from an agent's filter mapping
+    viewer: Viewer | None = None                  # visibility of self / department rows, in SQL
+    include_cold: bool = False                    # memories moved to the cold tier by retention
+    agents: tuple[str, ...] | None = None         # memory author(s)
+    memory_types: tuple[str, ...] | None = None   # memories' meta type
+    min_relevance: float | None = None            # memories at or above this relevance
 
     # names accepted from MCP / CLI; singular aliases are what agents tend to type
     _ALIASES = {
@@ -58,7 +78,7 @@ class SearchFilters:
 
     @property
     def is_empty(self) -> bool:
-        return self == SearchFilters()
+        return dataclasses.replace(self, viewer=None) == SearchFilters()
 
     @classmethod
     def accepted_names(cls) -> list[str]:
@@ -148,6 +168,14 @@ class SearchConfig:
     keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
     keyword_max_matches: int = 5000  # BM25 is computed over at most this many matched rows
     title_min_terms: int = 2
+    # Share of a document name's lexemes the query must contain for the title lane.
+    # A known-item query names most of the title ("doyle sherlock holmes adventures");
+    # a question that merely shares 2 words with a long title does not, and at weight
+    # 2.0 such matches outranked the content lanes. Measured (benchmarks/eval_tune.py,
+    # SciFact TRAIN, first 400 queries, fused, nDCG@10, after the keyword fill change):
+    # title lane as shipped (coverage 0) 0.5414; title lane off 0.6841;
+    # title_min_terms 4 0.6462; coverage 0.5: see docs/evaluation.md.
+    title_min_coverage: float = 0.5
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     log_queries: bool = True        # the real-query eval set is built from these logs

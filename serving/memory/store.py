@@ -1,0 +1,528 @@
+"""The Librarian's actions on agent memory: index, search, get, forget.
+
+Serving writes only what agents write (DESIGN §1): a memory is stored, chunked,
+embedded and committed in one transaction, so it is searchable the moment
+`index_memory` returns. Everything derived later (near-duplicates, decay,
+promotion, retention) is the pipeline's (library_pipeline/defs/memory).
+
+Identity is a `Viewer` the transport resolved (HTTP token / stdio env / CLI);
+no function here takes an agent name from the request body. Every read has
+the viewer's visibility in its SQL WHERE clause (serving.search.filters.visibility),
+so a record another agent may not see is indistinguishable from one that does
+not exist: same empty result, same counts, same "not found" message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.memory.chunk import chunk_memory
+from serving.search.filters import visibility
+from serving.search.types import MAX_TOP_K, SCOPES, SearchConfig, SearchError, SearchFilters, Viewer
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 200_000      # ~50k tokens, ~200 passages: a report, not a book (10 MB is refused)
+MAX_ARTIFACT_ID = 200
+MAX_META_BYTES = 16_384
+MAX_CHUNKS = 400
+MEMORY_SEARCH_CONFIG = SearchConfig(title=False, structure=False, summaries=False, label="memory")
+
+
+class MemoryError(SearchError):
+    """Bad input or a refused request, worded for the agent that sent it."""
+
+
+class MemoryNotFound(MemoryError):
+    pass
+
+
+# -- validation -----------------------------------------------------------------
+
+def _require_identity(viewer: Viewer | None, *, scope: str | None = None) -> Viewer:
+    if viewer is None or not viewer.agent:
+        raise MemoryError("no agent identity for this connection: memory tools need the caller's identity "
+                          "(HTTP: a bearer token listed in LIBRARY_IDENTITIES; stdio: LIBRARY_AGENT)")
+    if scope == "department" and not viewer.department:
+        raise MemoryError(f"agent {viewer.agent!r} has no department configured, so it cannot write "
+                          "scope 'department'; use 'self' or 'global'")
+    return viewer
+
+
+def _check_text(value: Any, what: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MemoryError(f"{what} is not valid UTF-8 text") from None
+    if not isinstance(value, str):
+        raise MemoryError(f"{what} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MemoryError(f"{what} is not valid UTF-8 text (lone surrogate characters)") from None
+    if "\x00" in value:
+        raise MemoryError(f"{what} contains NUL characters; send text, not binary data")
+    return value
+
+
+def validate_artifact_id(artifact_id: Any) -> str:
+    if isinstance(artifact_id, int) and not isinstance(artifact_id, bool):
+        artifact_id = str(artifact_id)
+    aid = _check_text(artifact_id, "artifact_id").strip()
+    if not aid:
+        raise MemoryError("artifact_id is empty")
+    if len(aid) > MAX_ARTIFACT_ID or any(ord(ch) < 32 for ch in aid):
+        raise MemoryError(f"artifact_id must be at most {MAX_ARTIFACT_ID} printable characters")
+    return aid
+
+
+def validate_content(content: Any) -> str:
+    text = _check_text(content, "content")
+    if not text.strip():
+        raise MemoryError("content is empty")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise MemoryError(f"content is {len(text):,} characters; the limit is {MAX_CONTENT_CHARS:,} per "
+                          "artifact - split it into several artifacts, or put the document in the library")
+    return text
+
+
+def validate_scope(scope: Any) -> str:
+    if not isinstance(scope, str) or scope.strip().lower() not in SCOPES:
+        raise MemoryError(f"unknown scope {scope!r}; scope is one of {', '.join(SCOPES)}")
+    return scope.strip().lower()
+
+
+def validate_meta(meta: Any) -> dict[str, Any]:
+    if meta is None:
+        return {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            raise MemoryError("meta must be a JSON object, e.g. {\"type\": \"report\", \"task_id\": \"...\"}") from None
+    if not isinstance(meta, dict):
+        raise MemoryError(f"meta must be an object, got {type(meta).__name__}")
+    for key in meta:
+        if not isinstance(key, str) or not key.strip():
+            raise MemoryError("meta keys must be non-empty strings")
+    try:
+        encoded = json.dumps(meta, ensure_ascii=False, allow_nan=False)
+        encoded.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise MemoryError("meta must hold JSON values only (strings, numbers, booleans, lists, objects)") from None
+    if "\\u0000" in encoded:
+        raise MemoryError("meta contains NUL characters")
+    if len(encoded.encode("utf-8")) > MAX_META_BYTES:
+        raise MemoryError(f"meta is larger than {MAX_META_BYTES:,} bytes")
+    for key in ("type", "task_id", "agent_note"):
+        if key in meta and meta[key] is not None and (not isinstance(meta[key], str) or len(meta[key]) > 200):
+            raise MemoryError(f"meta.{key} must be a string of at most 200 characters")
+    if meta.get("date") is not None:
+        ok = isinstance(meta["date"], str)
+        if ok:
+            try:
+                date.fromisoformat(meta["date"][:10])
+            except ValueError:
+                ok = False
+        if not ok:
+            raise MemoryError(f"meta.date must be an ISO date string (YYYY-MM-DD), got {str(meta['date'])[:40]!r}")
+    if "agent" in meta or "scope" in meta:
+        raise MemoryError("meta may not set 'agent' or 'scope': the agent is the caller's identity, "
+                          "the scope is its own argument")
+    return meta
+
+
+def _ts_config(text: str) -> str:
+    letters = re.findall(r"[^\W\d_]", text[:5000])
+    cyr = sum(1 for ch in letters if "\u0400" <= ch <= "\u04ff")
+    return "russian" if letters and cyr / len(letters) > 0.5 else "english"
+
+
+def _owner_key(scope: str, viewer: Viewer) -> sql.Composable:
+    """Rows in the same dedup space: all of global, one department, one agent's self."""
+    if scope == "global":
+        return sql.SQL("true")
+    if scope == "department":
+        return sql.SQL("department = %(department)s")
+    return sql.SQL("agent = %(agent)s")
+
+
+_indexed: set[tuple[str, str]] = set()
+
+
+def _ensure_indexes(conn: psycopg.Connection, embedder: Embedder) -> None:
+    marker = (conn.info.dsn, embedder.name)
+    if marker in _indexed:
+        return
+    with conn.transaction():
+        conn.execute("SELECT ensure_vector_indexes(%s, %s)", (embedder.name, embedder.dims))
+        conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model', %s) ON CONFLICT (key) DO NOTHING",
+                     (Jsonb({"name": embedder.name, "dims": embedder.dims}),))
+    _indexed.add(marker)
+
+
+# -- records ----------------------------------------------------------------------
+
+_RECORD_COLS = ("id", "artifact_id", "version", "agent", "department", "scope", "type", "meta", "relevance",
+                "access_count", "accessed_at", "archived_at", "duplicate_of", "promoted_at", "promoted_reason",
+                "tier", "superseded", "created_at", "chunks")
+_RECORD_SQL = sql.SQL(", ").join(sql.SQL("m.{}").format(sql.Identifier(c)) for c in _RECORD_COLS)
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def _record(row: tuple) -> dict[str, Any]:
+    rec = dict(zip(_RECORD_COLS, row))
+    rec["relevance"] = float(rec["relevance"])
+    for key in ("accessed_at", "archived_at", "promoted_at", "created_at"):
+        rec[key] = _iso(rec[key])
+    rec["archived"] = rec["archived_at"] is not None
+    return rec
+
+
+def _public_meta(rec: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(rec["meta"] or {})
+    meta.update({"agent": rec["agent"], "scope": rec["scope"], "type": rec["type"],
+                 "artifact_id": rec["artifact_id"], "version": rec["version"],
+                 "relevance": rec["relevance"], "tier": rec["tier"], "archived": rec["archived"]})
+    meta.setdefault("date", (rec["created_at"] or "")[:10] or None)
+    meta.setdefault("task_id", None)
+    if rec["superseded"]:
+        meta["superseded"] = True
+    if rec["duplicate_of"]:
+        meta["duplicate_of"] = rec["duplicate_of"]
+    if rec["promoted_at"]:
+        meta["promoted"] = {"at": rec["promoted_at"], "reason": rec["promoted_reason"]}
+    return meta
+
+
+# -- index ------------------------------------------------------------------------
+
+@dataclass
+class IndexResult:
+    status: str            # created | new_version | duplicate | unchanged
+    record: dict[str, Any]
+    chunks: int
+    ms: float
+    superseded: int | None = None
+    timings: dict[str, float] | None = None   # chunk / embed / write, milliseconds
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"status": self.status, "id": self.record["id"], "artifact_id": self.record["artifact_id"],
+               "version": self.record["version"], "scope": self.record["scope"], "chunks": self.chunks,
+               "meta": _public_meta(self.record), "ms": round(self.ms, 1)}
+        if self.superseded:
+            out["superseded_id"] = self.superseded
+        if self.timings:
+            out["timings_ms"] = {k: round(v, 1) for k, v in self.timings.items()}
+        return out
+
+
+def _find_duplicate(conn: psycopg.Connection, scope: str, viewer: Viewer, content: str) -> tuple | None:
+    q = sql.SQL("SELECT {cols} FROM memories m WHERE m.scope = %(scope)s AND {owner} "
+                "AND m.content_hash = memory_content_hash(%(content)s) AND NOT m.superseded "
+                "AND m.duplicate_of IS NULL ORDER BY m.id LIMIT 1").format(
+        cols=_RECORD_SQL, owner=_owner_key(scope, viewer))
+    return conn.execute(q, {"scope": scope, "agent": viewer.agent, "department": viewer.department,
+                            "content": content}).fetchone()
+
+
+_MERGE_SQL = sql.SQL("UPDATE memories m SET meta = %(meta)s || m.meta WHERE m.id = %(id)s RETURNING {cols}")
+
+
+def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | None, *, artifact_id: Any,
+                 content: Any, scope: Any = "self", meta: Any = None) -> IndexResult:
+    """Store (or version, or dedup) one artifact. Validates everything before writing;
+    the write is one transaction, so a failure leaves nothing behind."""
+    started = time.perf_counter()
+    scope = validate_scope(scope)
+    viewer = _require_identity(viewer, scope=scope)
+    aid = validate_artifact_id(artifact_id)
+    text = validate_content(content)
+    meta = validate_meta(meta)
+    mtype = meta.get("type")
+    params = {"agent": viewer.agent, "department": viewer.department, "scope": scope, "aid": aid}
+
+    def merged(row: tuple, status: str) -> IndexResult:
+        extra = dict(meta)
+        if row[3] != viewer.agent or row[1] != aid:
+            seen = list((row[7] or {}).get("also_indexed_as") or [])
+            entry = {"agent": viewer.agent, "artifact_id": aid}
+            if entry not in seen:
+                seen.append(entry)
+            extra = {**extra, "also_indexed_as": seen}
+            row = conn.execute(sql.SQL("UPDATE memories m SET meta = m.meta || %(extra)s WHERE m.id = %(id)s "
+                                       "RETURNING {cols}").format(cols=_RECORD_SQL),
+                               {"extra": Jsonb({"also_indexed_as": seen}), "id": row[0]}).fetchone()
+            extra.pop("also_indexed_as")
+        row = conn.execute(_MERGE_SQL.format(cols=_RECORD_SQL), {"meta": Jsonb(extra), "id": row[0]}).fetchone()
+        return IndexResult(status, _record(row), row[-1], (time.perf_counter() - started) * 1000)
+
+    # cheap checks first: an exact duplicate costs no embedding
+    with conn.transaction():
+        dup = _find_duplicate(conn, scope, viewer, text)
+    chunks: list[str] = []
+    vectors = None
+    timings: dict[str, float] = {}
+    if dup is None:
+        t = time.perf_counter()
+        chunks = chunk_memory(text, embedder)
+        if len(chunks) > MAX_CHUNKS:
+            raise MemoryError(f"content makes {len(chunks)} passages; the limit is {MAX_CHUNKS}")
+        timings["chunk"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        vectors = embedder.encode_passages([embed_text_for_passage(mtype, None, c) for c in chunks])
+        timings["embed"] = (time.perf_counter() - t) * 1000
+        _ensure_indexes(conn, embedder)
+    write_started = time.perf_counter()
+
+    with conn.transaction():
+        # one writer per dedup space and content: the check below and the insert are atomic
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                     (f"memory:{scope}:{viewer.department if scope == 'department' else ''}:"
+                      f"{viewer.agent if scope == 'self' else ''}",))
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"artifact:{viewer.agent}:{aid}",))
+        dup = _find_duplicate(conn, scope, viewer, text)
+        if dup is not None:
+            return merged(dup, "unchanged" if (dup[3] == viewer.agent and dup[1] == aid) else "duplicate")
+        if vectors is None:  # the duplicate vanished between the two checks (forgotten): embed now
+            chunks = chunk_memory(text, embedder)
+            vectors = embedder.encode_passages([embed_text_for_passage(mtype, None, c) for c in chunks])
+            _ensure_indexes(conn, embedder)
+        prev = conn.execute("SELECT id, version FROM memories WHERE agent = %(agent)s AND artifact_id = %(aid)s "
+                            "ORDER BY version DESC LIMIT 1", params).fetchone()
+        version = (prev[1] + 1) if prev else 1
+        superseded = None
+        if prev is not None:
+            ids = [r[0] for r in conn.execute(
+                "UPDATE memories SET superseded = true, superseded_at = now() WHERE agent = %(agent)s "
+                "AND artifact_id = %(aid)s AND NOT superseded RETURNING id", params).fetchall()]
+            if ids:
+                conn.execute("UPDATE passages SET superseded = true WHERE memory_id = ANY(%s)", (ids,))
+                superseded = ids[-1]
+        row = conn.execute(sql.SQL(
+            "INSERT INTO memories (artifact_id, version, agent, department, scope, type, meta, content, "
+            "content_hash, chunks) VALUES (%(aid)s, %(version)s, %(agent)s, %(department)s, %(scope)s, %(type)s, "
+            "%(meta)s, %(content)s, memory_content_hash(%(content)s), %(chunks)s) RETURNING {cols}").format(
+            cols=sql.SQL(", ").join(sql.Identifier(c) for c in _RECORD_COLS)),
+            {**params, "version": version, "type": mtype, "meta": Jsonb(meta), "content": text,
+             "chunks": len(chunks)}).fetchone()
+        rec = _record(row)
+        tsc = _ts_config(text)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO passages (source, ordinal, kind, heading, content, content_hash, embed_hash, ts_config, "
+                "embedding, embed_model, scope, agent, department, memory_id) VALUES ('memory', %s, 'memory', %s, "
+                "%s, %s, %s, %s::regconfig, %s, %s, %s, %s, %s, %s)",
+                [(i, mtype, c, sha256(c), sha256(embed_text_for_passage(mtype, None, c)), tsc,
+                  HalfVector(np.asarray(vectors[i], dtype=np.float32)), embedder.name, scope, viewer.agent,
+                  viewer.department, rec["id"]) for i, c in enumerate(chunks)])
+    timings["write"] = (time.perf_counter() - write_started) * 1000
+    return IndexResult("new_version" if prev else "created", rec, len(chunks),
+                       (time.perf_counter() - started) * 1000, superseded, timings)
+
+
+# -- search -----------------------------------------------------------------------
+
+_FILTER_NAMES = {"scope", "scopes", "type", "types", "agent", "agents", "min_relevance", "include_archived",
+                 "include_cold", "include_superseded", "include_library"}
+
+
+def parse_memory_filter(raw: Any) -> tuple[SearchFilters, bool]:
+    """The spec's filter object -> SearchFilters (viewer added by the caller), include_library."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise MemoryError(f"filter must be an object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _FILTER_NAMES)
+    if unknown:
+        raise MemoryError(f"unknown filter {unknown[0]!r}; accepted: {', '.join(sorted(_FILTER_NAMES))}")
+
+    def strings(key: str, plural: str) -> tuple[str, ...] | None:
+        value = raw.get(key, raw.get(plural))
+        if value is None:
+            return None
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if not all(isinstance(v, str) and v.strip() for v in items):
+            raise MemoryError(f"filter {key!r} takes a string or a list of strings")
+        return tuple(v.strip() for v in items) or None
+
+    scopes = strings("scope", "scopes")
+    if scopes:
+        for s in scopes:
+            validate_scope(s)
+        scopes = tuple(s.lower() for s in scopes)
+    flags = {}
+    for name in ("include_archived", "include_cold", "include_superseded", "include_library"):
+        value = raw.get(name, False)
+        if not isinstance(value, bool):
+            raise MemoryError(f"filter {name!r} must be true or false")
+        flags[name] = value
+    mr = raw.get("min_relevance")
+    if mr is not None:
+        if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not 0 <= float(mr) <= 1:
+            raise MemoryError("filter 'min_relevance' must be a number between 0 and 1")
+        mr = float(mr)
+    library = flags.pop("include_library")
+    filters = SearchFilters(sources=("memory", "library", "vault") if library else ("memory",), scopes=scopes,
+                            agents=strings("agent", "agents"), memory_types=strings("type", "types"),
+                            min_relevance=mr, **flags)
+    return filters, library
+
+
+def _log_access(conn: psycopg.Connection, viewer: Viewer, ids: list[int], action: str, query: str | None) -> None:
+    if not ids:
+        return
+    conn.execute("UPDATE memories SET access_count = access_count + 1, accessed_at = now(), decay_steps = 0 "
+                 "WHERE id = ANY(%s)", (ids,))
+    conn.execute("INSERT INTO memory_access_log (memory_id, agent, department, action, query) "
+                 "SELECT unnest(%s::bigint[]), %s, %s, %s, %s", (ids, viewer.agent, viewer.department, action,
+                                                                  query[:2000] if query else None))
+
+
+def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | None, query: Any, *,
+                  top_k: Any = 5, filter: Any = None, config: SearchConfig | None = None) -> dict[str, Any]:
+    """{results[{id, content, score, meta}], total_found, returned} through serving.search.search.
+
+    total_found counts the distinct records among the fused candidate pool (the lanes'
+    depth, at most 100 passages) that the caller may see - never hidden ones, since
+    the visibility clause is inside every lane's SQL."""
+    from serving.search.engine import search
+
+    viewer = _require_identity(viewer)
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise MemoryError("top_k must be an integer between 1 and 100")
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise MemoryError(f"top_k must be between 1 and {MAX_TOP_K}")
+    if not isinstance(query, str):
+        raise MemoryError("query must be a string")
+    filters, _library = parse_memory_filter(filter)
+    filters = SearchFilters(**{**filters.__dict__, "viewer": viewer})
+    try:
+        resp = search(conn, embedder, query, top_k=MAX_TOP_K, filters=filters,
+                      config=config or MEMORY_SEARCH_CONFIG)
+    except MemoryError:
+        raise
+    except SearchError as exc:
+        raise MemoryError(str(exc)) from None
+    pids = [r.passage_id for r in resp.results]
+    vis = visibility(viewer, "m")
+    with conn.transaction():
+        rows = conn.execute(sql.SQL("SELECT p.id, {cols} FROM passages p JOIN memories m ON m.id = p.memory_id "
+                                    "WHERE p.id = ANY(%(ids)s) AND {vis}").format(cols=_RECORD_SQL, vis=vis.clause),
+                            {**vis.params, "ids": pids}).fetchall()
+        by_pid = {r[0]: _record(r[1:]) for r in rows}
+        results: list[dict[str, Any]] = []
+        seen: set = set()
+        for r in resp.results:
+            if r.source == "memory":
+                rec = by_pid.get(r.passage_id)
+                if rec is None or rec["id"] in seen:
+                    continue
+                seen.add(rec["id"])
+                results.append({"id": rec["id"], "content": r.text, "score": round(r.score, 6),
+                                "source": "memory", "lanes": dict(r.lanes), "meta": _public_meta(rec)})
+            else:
+                key = ("doc", r.document_id, r.passage_id)
+                seen.add(key)
+                results.append({"id": f"passage:{r.passage_id}", "content": r.text, "score": round(r.score, 6),
+                                "source": r.source, "lanes": dict(r.lanes),
+                                "meta": {"path": r.path, "title": r.title, "location": r.location}})
+        total = len(results)
+        returned = results[:top_k]
+        _log_access(conn, viewer, [r["id"] for r in returned if r["source"] == "memory"], "search", resp.query)
+    return {"results": returned, "total_found": total, "returned": len(returned), "query": resp.query,
+            "score_kind": resp.score_kind, "warnings": list(resp.warnings)}
+
+
+# -- get / forget ---------------------------------------------------------------------
+
+def _not_found(ref: Any) -> MemoryNotFound:
+    return MemoryNotFound(f"no memory {ref!r} is visible to you (it does not exist, or its scope hides it)")
+
+
+def _resolve(conn: psycopg.Connection, viewer: Viewer, ref: Any) -> tuple | None:
+    vis = visibility(viewer, "m")
+    if isinstance(ref, bool):
+        raise MemoryError("id must be a memory id (integer) or an artifact id (string)")
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit() and len(ref.strip()) < 19):
+        q = sql.SQL("SELECT {cols}, m.content FROM memories m WHERE m.id = %(id)s AND {vis}").format(
+            cols=_RECORD_SQL, vis=vis.clause)
+        row = conn.execute(q, {**vis.params, "id": int(ref)}).fetchone()
+        if row is not None or isinstance(ref, int):
+            return row
+    aid = validate_artifact_id(ref)
+    q = sql.SQL("SELECT {cols}, m.content FROM memories m WHERE m.artifact_id = %(aid)s AND {vis} "
+                "ORDER BY (m.agent = %(v_agent)s) DESC, m.superseded, m.version DESC, m.id DESC LIMIT 1").format(
+        cols=_RECORD_SQL, vis=vis.clause)
+    return conn.execute(q, {**vis.params, "aid": aid}).fetchone()
+
+
+def get_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any) -> dict[str, Any]:
+    """One record (full content) by memory id or artifact id, with its visible versions."""
+    viewer = _require_identity(viewer)
+    with conn.transaction():
+        row = _resolve(conn, viewer, ref)
+        if row is None:
+            raise _not_found(ref)
+        rec = _record(row[:-1])
+        vis = visibility(viewer, "m")
+        versions = conn.execute(sql.SQL(
+            "SELECT m.id, m.version, m.superseded, m.created_at FROM memories m WHERE m.agent = %(agent)s "
+            "AND m.artifact_id = %(aid)s AND {vis} ORDER BY m.version").format(vis=vis.clause),
+            {**vis.params, "agent": rec["agent"], "aid": rec["artifact_id"]}).fetchall()
+        _log_access(conn, viewer, [rec["id"]], "get", None)
+    return {"id": rec["id"], "content": row[-1], "meta": _public_meta(rec),
+            "access_count": rec["access_count"] + 1, "accessed_at": rec["accessed_at"],
+            "versions": [{"id": v[0], "version": v[1], "superseded": v[2], "created_at": _iso(v[3])}
+                         for v in versions]}
+
+
+def forget_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any, *, dry_run: bool = False) -> dict:
+    """Delete an artifact (every version, its passages and access log) - only the author may.
+    Returns exactly what was (or, with dry_run, would be) removed."""
+    viewer = _require_identity(viewer)
+    with conn.transaction():
+        row = _resolve(conn, viewer, ref)
+        if row is None:
+            raise _not_found(ref)
+        rec = _record(row[:-1])
+        if rec["agent"] != viewer.agent:
+            raise MemoryError(f"memory {ref!r} was written by another agent; only its author may forget it")
+        rows = conn.execute(
+            "SELECT m.id, m.version, m.scope, m.superseded, "
+            "(SELECT count(*) FROM passages p WHERE p.memory_id = m.id), "
+            "(SELECT count(*) FROM memory_access_log l WHERE l.memory_id = m.id) "
+            "FROM memories m WHERE m.agent = %s AND m.artifact_id = %s ORDER BY m.version FOR UPDATE",
+            (viewer.agent, rec["artifact_id"])).fetchall()
+        ids = [r[0] for r in rows]
+        removed = {"artifact_id": rec["artifact_id"], "agent": viewer.agent, "dry_run": dry_run,
+                   "versions": [{"id": r[0], "version": r[1], "scope": r[2], "superseded": r[3], "passages": r[4],
+                                 "access_log_rows": r[5]} for r in rows],
+                   "memories": len(ids), "passages": sum(r[4] for r in rows),
+                   "access_log_rows": sum(r[5] for r in rows)}
+        if not dry_run:
+            released = conn.execute("UPDATE memories SET duplicate_of = NULL WHERE duplicate_of = ANY(%s) "
+                                    "RETURNING id", (ids,)).fetchall()
+            if released:
+                conn.execute("UPDATE passages SET superseded = false WHERE memory_id = ANY(%s) AND memory_id IN "
+                             "(SELECT id FROM memories WHERE NOT superseded)", ([r[0] for r in released],))
+            conn.execute("DELETE FROM memories WHERE id = ANY(%s)", (ids,))
+            removed["released_duplicates"] = [r[0] for r in released]
+    return removed
