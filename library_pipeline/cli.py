@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from library_pipeline.eval.cli import eval_app
 from serving import cli as serving_cli
 from serving.memory_cli import memory_app
 from serving.db import Database
@@ -143,6 +144,7 @@ app.command("search")(serving_cli.search)
 app.command("files")(serving_cli.files)
 app.command("serve")(serving_cli.serve)
 app.add_typer(memory_app, name="memory", help="Agent memory: index, search, get, forget.")
+app.add_typer(eval_app, name="eval", help="Retrieval evaluation: BEIR datasets, the regression set, pooled judgments.")
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from library_pipeline.defs import eval as eval_defs
 from library_pipeline.defs import ingest, memory, ops
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.settings import Settings
@@ -16,7 +17,8 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
         "library_db": LibraryDatabase.from_settings(settings),
         "embedder": EmbedderResource.from_settings(settings),
     }
-    return dg.Definitions.merge(ingest.defs, memory.defs, ops.defs, dg.Definitions(resources=resources))
+    return dg.Definitions.merge(ingest.defs, memory.defs, eval_defs.defs, ops.defs,
+                                 dg.Definitions(resources=resources))
 
 
 defs = build_definitions()

@@ -64,7 +64,8 @@ def write_plot(result: EvalResult, path: Path) -> None:
     ax.set_xticks([j + width * (len(KEYS) - 1) / 2 for j in range(len(names))])
     ax.set_xticklabels(names, rotation=15)
     ax.set_ylim(0, 1)
-    for label, value, _ in anchors_for(result.dataset, result.split)[:4]:
+    anchors = anchors_for(result.dataset, result.split)
+    for label, value, _ in [a for a in anchors if a[0].startswith(("BM25 bm25s", "all-MiniLM"))]:
         ax.axhline(value, linestyle=":", linewidth=0.8, color="grey")
         ax.text(len(names) - 0.4, value, f"{label[:28]} {value:.3f}", fontsize=6, va="bottom", ha="right")
     ax.set_title(f"{result.dataset} ({result.split}, {result.queries} queries)")

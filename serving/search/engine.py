@@ -150,8 +150,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
                 lanes.append((st, cfg.structure_weight))
         if cfg.title and names is not None:
             tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (vec, kw) if h],
-                            depth=cfg.title_depth, min_terms=cfg.title_min_terms,
-                            min_coverage=cfg.title_min_coverage)
+                            depth=cfg.title_depth, min_terms=cfg.title_min_terms)
             lanes.append((tl, cfg.title_weight))
         elif not cfg.title:
             stages["title"] = "off"

@@ -91,18 +91,14 @@ class NameIndex:
             out[pos] = (len(best), sorted(best))
         return out
 
-    def match(self, query: dict[str, set[str]], min_terms: int,
-              min_coverage: float = 0.0) -> list[tuple[DocName, int, list[str]]]:
-        """Documents sharing >= min_terms distinct lexemes with the query and covering
-        >= min_coverage of the name's lexemes, best first: most shared terms, then the
-        larger share of the name covered, then path."""
+    def match(self, query: dict[str, set[str]], min_terms: int) -> list[tuple[DocName, int, list[str]]]:
+        """Documents sharing >= min_terms distinct lexemes with the query, best first:
+        most shared terms, then the larger share of the name covered, then path."""
         out = []
         for pos, (n, terms) in self.overlaps(query).items():
             if n >= max(min_terms, 1):
                 doc = self.docs[pos]
                 size = max((len(v) for v in doc.lexemes.values()), default=1)
-                if n / max(size, 1) < min_coverage:
-                    continue
                 out.append((doc, n, terms, n / max(size, 1)))
         out.sort(key=lambda t: (-t[1], -t[3], t[0].path))
         return [(doc, n, terms) for doc, n, terms, _ in out]

@@ -168,14 +168,6 @@ class SearchConfig:
     keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
     keyword_max_matches: int = 5000  # BM25 is computed over at most this many matched rows
     title_min_terms: int = 2
-    # Share of a document name's lexemes the query must contain for the title lane.
-    # A known-item query names most of the title ("doyle sherlock holmes adventures");
-    # a question that merely shares 2 words with a long title does not, and at weight
-    # 2.0 such matches outranked the content lanes. Measured (benchmarks/eval_tune.py,
-    # SciFact TRAIN, first 400 queries, fused, nDCG@10, after the keyword fill change):
-    # title lane as shipped (coverage 0) 0.5414; title lane off 0.6841;
-    # title_min_terms 4 0.6462; coverage 0.5: see docs/evaluation.md.
-    title_min_coverage: float = 0.5
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     log_queries: bool = True        # the real-query eval set is built from these logs

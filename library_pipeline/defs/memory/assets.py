@@ -14,6 +14,7 @@ import dagster as dg
 from pydantic import Field
 
 from library_pipeline.dagster_home import LANE_TAG
+from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.defs.memory import curation
 from library_pipeline.resources import LibraryDatabase
 
@@ -64,7 +65,7 @@ def _result(outcome: curation.Outcome, started: float, now: dt.datetime, conn) -
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(group_name=GROUP, description="Marks near-duplicate memories (cosine >= threshold, same scope) as "
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, description="Marks near-duplicate memories (cosine >= threshold, same scope) as "
                                         "duplicate_of the older record; merges meta, never deletes.")
 def memory_near_duplicates(config: NearDuplicateConfig, library_db: LibraryDatabase,
                            memory_clock: MemoryClock) -> dg.MaterializeResult:
@@ -75,7 +76,7 @@ def memory_near_duplicates(config: NearDuplicateConfig, library_db: LibraryDatab
         return _result(out, started, now, conn)
 
 
-@dg.asset(group_name=GROUP, deps=[memory_near_duplicates],
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_near_duplicates],
           description="Relevance decay: -step per period without access; below the threshold -> archived.")
 def memory_decay(config: DecayConfig, library_db: LibraryDatabase, memory_clock: MemoryClock) -> dg.MaterializeResult:
     started, now = time.perf_counter(), memory_clock.now()
@@ -86,7 +87,7 @@ def memory_decay(config: DecayConfig, library_db: LibraryDatabase, memory_clock:
         return _result(out, started, now, conn)
 
 
-@dg.asset(group_name=GROUP, deps=[memory_decay],
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_decay],
           description="Promotion: records read often by several distinct agents -> scope global (with reason).")
 def memory_promotion(config: PromotionConfig, library_db: LibraryDatabase,
                      memory_clock: MemoryClock) -> dg.MaterializeResult:
@@ -98,7 +99,7 @@ def memory_promotion(config: PromotionConfig, library_db: LibraryDatabase,
         return _result(out, started, now, conn)
 
 
-@dg.asset(group_name=GROUP, deps=[memory_promotion],
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_promotion],
           description="Retention: inactive self (90 d) and department (1 y) records -> cold tier; global never.")
 def memory_retention(config: RetentionConfig, library_db: LibraryDatabase,
                      memory_clock: MemoryClock) -> dg.MaterializeResult:
