@@ -27,6 +27,20 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.fixture(autouse=True)
+def _reset_dagster_defs_state_storage():
+    """dagster 1.13: `with DagsterInstance...` sets a context variable to the
+    instance's defs-state storage on enter, and __exit__ disposes the instance
+    without resetting it. A later definitions load in the same process (a
+    `materialize` in another test) then resolves the dead instance's weakref:
+    "Attempted to resolve undefined DagsterInstance weakref" — seen only when
+    the whole suite ran in one process. Reset it after every test."""
+    yield
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    _current_storage.set(None)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

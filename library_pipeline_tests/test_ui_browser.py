@@ -183,10 +183,16 @@ def _shot(page, name: str) -> None:
 
 
 def test_asset_graph_lists_the_pipeline(page):
+    # with several groups the global lineage draws each group as a box
     _open(page, "/asset-groups")
+    expect(page.get_by_text("Global asset lineage")).to_be_visible()
+    for group in ("ingest", "memory"):
+        expect(page.get_by_text(group, exact=True).first).to_be_visible()
+    _shot(page, "asset-graph-groups.png")
+    # expanding the ingest group's box (its unfold icon) draws its assets
+    page.get_by_role("img", name="unfold_more").first.click()
     for name in PIPELINE_ASSETS:
         expect(page.get_by_text(name, exact=True).first).to_be_visible()
-    expect(page.get_by_text("Global asset lineage")).to_be_visible()
     _shot(page, "asset-graph.png")
 
 
