@@ -114,7 +114,9 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
         bar.close()
     # the keyword lane ranks on corpus statistics: refresh them whenever a
     # file's live passages may have changed (ingested, failed over, removed)
+    runs = len(spans)
     if spans or removed:
+        runs += 1
         result = dg.materialize([lexeme_df], instance=instance, resources={"library_db": resources["library_db"]},
                                 tags={"library/reason": "cli"}, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
         if not result.success:
@@ -132,7 +134,7 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
         "failures": [(r[0], r[2]) for r in rows if r[1] == "failed"],
         "removed": removed,
         "passages": sum(r[3] for r in rows),
-        "runs": len(spans),
+        "runs": runs,  # range runs plus the lexeme_df refresh
         "failed_runs": failed_runs,
         "seconds": time.perf_counter() - started,
     }
