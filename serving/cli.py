@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from serving.search.types import MAX_TOP_K, SearchError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _library():
@@ -26,9 +28,21 @@ def _library():
     return Library()
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)
+
+
+def with_library(fn: Callable[[Any], T], errors: tuple[type[Exception], ...] = (SearchError,)) -> T:
+    """Run `fn(Library)` and close it; a user-fixable error (and a database
+    that cannot be reached) becomes a one-line message and exit code 2."""
+    lib = _library()
+    try:
+        return fn(lib)
+    except (*errors, ConnectionError) as exc:
+        fail(str(exc))
+    finally:
+        lib.close()
 
 
 def _print_json(value: Any) -> None:
@@ -49,15 +63,7 @@ def search(
         filters["source"] = source
     if path:
         filters["path"] = path
-    lib = _library()
-    try:
-        response = lib.search(query, top_k=top_k, filters=filters)
-    except SearchError as exc:
-        _fail(str(exc))
-    except ConnectionError as exc:
-        _fail(str(exc))
-    finally:
-        lib.close()
+    response = with_library(lambda lib: lib.search(query, top_k=top_k, filters=filters))
     if json_out:
         _print_json([r.to_dict() for r in response.results])
         return
@@ -106,15 +112,7 @@ def files(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Files to list at most.")] = 50,
 ) -> None:
     """Is a work in the library? Matches file names and titles; matched = 0 means it is not."""
-    lib = _library()
-    try:
-        answer = lib.files(pattern, limit)
-    except SearchError as exc:
-        _fail(str(exc))
-    except ConnectionError as exc:
-        _fail(str(exc))
-    finally:
-        lib.close()
+    answer = with_library(lambda lib: lib.files(pattern, limit))
     if json_out:
         _print_json(answer)
         return

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from serving.cli import fail, with_library
+
 memory_app = typer.Typer(name="memory", help="Agent memory: index, search, get, forget.", no_args_is_help=True,
                          add_completion=False)
 
@@ -33,13 +35,8 @@ def _viewer(agent: str | None, department: str | None):
     from serving.search.types import Viewer
 
     if not agent or not agent.strip():
-        _fail("no agent: pass --agent NAME or set LIBRARY_AGENT")
+        fail("no agent: pass --agent NAME or set LIBRARY_AGENT")
     return Viewer(agent=agent.strip(), department=(department or "").strip() or None)
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=2)
 
 
 def _print(value: Any) -> None:
@@ -48,17 +45,8 @@ def _print(value: Any) -> None:
 
 def _run(fn):
     from serving.memory import MemoryError
-    from serving.runtime import Library
 
-    lib = Library()
-    try:
-        return fn(lib)
-    except MemoryError as exc:
-        _fail(str(exc))
-    except ConnectionError as exc:
-        _fail(str(exc))
-    finally:
-        lib.close()
+    return with_library(fn, errors=(MemoryError,))
 
 
 @memory_app.command("index")
@@ -76,15 +64,15 @@ def index_cmd(
     try:
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
-        _fail(f"cannot read {source}: {exc.strerror or type(exc).__name__}")
+        fail(f"cannot read {source}: {exc.strerror or type(exc).__name__}")
     try:
         content = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        _fail(f"{source} is not UTF-8 text (byte {exc.start}); convert it first")
+        fail(f"{source} is not UTF-8 text (byte {exc.start}); convert it first")
     try:
         parsed = json.loads(meta) if meta else None
     except ValueError:
-        _fail("--meta is not valid JSON")
+        fail("--meta is not valid JSON")
     _print(_run(lambda lib: service.memory_index(lib, viewer, artifact_id=artifact_id, content=content,
                                                  scope=scope, meta=parsed)))
 

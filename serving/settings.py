@@ -7,7 +7,7 @@ LIBRARY_DB_DSN); everything else is LIBRARY_*.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_HOME = Path("~/.library-pipeline")
@@ -35,7 +35,6 @@ class Settings:
     ollama_url: str = "http://127.0.0.1:11434"
     max_file_bytes: int = 512 * 1024 * 1024
     ocr_languages: str = "rus+eng"
-    extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> Settings:

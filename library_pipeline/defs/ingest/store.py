@@ -332,12 +332,3 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
         "seconds": round(time.perf_counter() - started, 3),
     }
     return result
-
-
-def ingest_key(db: Database, library_dir: Path, key: str, embedder: Embedder, **kw) -> list[StepResult]:
-    """All three steps for one file, in order (what one partition of the asset graph does)."""
-    force = kw.pop("force", False)
-    steps = [extract_step(db, library_dir, key, force=force, **kw)]
-    steps.append(chunk_step(db, key, embedder, force=force))
-    steps.append(embed_step(db, key, embedder, force=force))
-    return steps
