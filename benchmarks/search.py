@@ -189,7 +189,10 @@ def build_100k(db: Database, embedder, docs: list[dict], vectors: np.ndarray, ro
     f32 = np.zeros((rows, vectors.shape[1]), dtype=np.float32)  # the exact float32 rows, for recall
     started = time.perf_counter()
     with db.connect() as conn:
-        conn.execute("SET maintenance_work_mem = '1GB'")
+        # the HNSW graph must fit in maintenance_work_mem or the build falls back to
+        # on-disk inserts (pgvector warns "hnsw graph no longer fits"): ~1.6 KB per
+        # 384-d halfvec row at m=16, so 1M rows need ~1.6 GB.
+        conn.execute(f"SET maintenance_work_mem = '{max(1, -(-rows * 2 // 1_000_000))}GB'")
         conn.execute("DROP INDEX IF EXISTS passages_tsv_idx")
         with conn.cursor() as cur:
             cur.executemany(

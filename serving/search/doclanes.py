@@ -64,9 +64,10 @@ def _first_passages(conn: psycopg.Connection, doc_ids: list[int], predicate: Pre
 
 
 def title_lane(conn: psycopg.Connection, names: NameIndex, query: dict[str, set[str]], predicate: Predicate,
-               filters: SearchFilters, other: list[LaneHits], *, depth: int, min_terms: int) -> LaneHits:
+               filters: SearchFilters, other: list[LaneHits], *, depth: int, min_terms: int,
+               min_query_share: float = 0.0) -> LaneHits:
     started = time.perf_counter()
-    matches = [(doc, n, terms) for doc, n, terms in names.match(query, min_terms)
+    matches = [(doc, n, terms) for doc, n, terms in names.match(query, min_terms, min_query_share)
                if doc.status != "removed" or filters.include_removed]
     matches = [m for m in matches if _doc_allowed(m[0].source, m[0].id, filters)][:depth]
     # best passage of each matched document among the other lanes' hits

@@ -150,7 +150,8 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
                 lanes.append((st, cfg.structure_weight))
         if cfg.title and names is not None:
             tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (vec, kw) if h],
-                            depth=cfg.title_depth, min_terms=cfg.title_min_terms)
+                            depth=cfg.title_depth, min_terms=cfg.title_min_terms,
+                            min_query_share=cfg.title_query_share)
             lanes.append((tl, cfg.title_weight))
         elif not cfg.title:
             stages["title"] = "off"
@@ -237,7 +238,8 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
                     health.log_search(conn, query=text, top_k=k, filters=filters.to_dict(), config=cfg.label,
                                       returned=len(resp.results), pool=len(fused),
                                       lanes={h.name: len(h) for h, _ in lanes}, timings=timings,
-                                      degenerate="; ".join(r for r in observations.values() if r) or None)
+                                      degenerate="; ".join(r for r in observations.values() if r) or None,
+                                      results=[{"id": r.passage_id, "lanes": r.lanes} for r in resp.results])
         except psycopg.Error as exc:
             log.warning("search bookkeeping failed (%s); results are unaffected", exc)
     for comp, info in resp.health.items():

@@ -76,7 +76,12 @@ class NameIndex:
 
     def overlaps(self, query: dict[str, set[str]]) -> dict[int, tuple[int, list[str]]]:
         """position in `docs` -> (distinct shared lexemes, which) for every name sharing any;
-        the best configuration counts, as in DocName.overlap."""
+        the best configuration counts."""
+        return {pos: (n, terms) for pos, (n, terms, _share) in self._overlaps(query).items()}
+
+    def _overlaps(self, query: dict[str, set[str]]) -> dict[int, tuple[int, list[str], float]]:
+        """As `overlaps`, plus the share of the query's lexemes (in that configuration)
+        that the name holds."""
         shared: dict[int, dict[str, set[str]]] = {}
         for config, lexemes in query.items():
             postings = self.postings.get(config)
@@ -87,16 +92,18 @@ class NameIndex:
                     shared.setdefault(pos, {}).setdefault(config, set()).add(lexeme)
         out = {}
         for pos, by_config in shared.items():
-            best = max(by_config.values(), key=len)
-            out[pos] = (len(best), sorted(best))
+            config, best = max(by_config.items(), key=lambda kv: (len(kv[1]), kv[0]))
+            out[pos] = (len(best), sorted(best), len(best) / max(len(query.get(config, ())), 1))
         return out
 
-    def match(self, query: dict[str, set[str]], min_terms: int) -> list[tuple[DocName, int, list[str]]]:
-        """Documents sharing >= min_terms distinct lexemes with the query, best first:
-        most shared terms, then the larger share of the name covered, then path."""
+    def match(self, query: dict[str, set[str]], min_terms: int,
+              min_query_share: float = 0.0) -> list[tuple[DocName, int, list[str]]]:
+        """Documents sharing >= min_terms distinct lexemes with the query and holding
+        >= min_query_share of the query's lexemes, best first: most shared terms, then
+        the larger share of the name covered, then path."""
         out = []
-        for pos, (n, terms) in self.overlaps(query).items():
-            if n >= max(min_terms, 1):
+        for pos, (n, terms, share) in self._overlaps(query).items():
+            if n >= max(min_terms, 1) and share >= min_query_share:
                 doc = self.docs[pos]
                 size = max((len(v) for v in doc.lexemes.values()), default=1)
                 out.append((doc, n, terms, n / max(size, 1)))

@@ -168,6 +168,16 @@ class SearchConfig:
     keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
     keyword_max_matches: int = 5000  # BM25 is computed over at most this many matched rows
     title_min_terms: int = 2
+    # Known-item detector: the title lane fires only for names holding >= 2/3 of the
+    # query's lexemes ("adventures of sherlock holmes", "<title> <author>"), not for a
+    # content question that shares a few words with a long title. Measured
+    # (benchmarks/eval_tune.py, SciFact TRAIN first 400, nDCG@10): title lane without
+    # the rule 0.544, lane off 0.6958; share >= 0.5 0.6710, 0.6 0.6932, 0.67 0.6974,
+    # 0.75 0.6986, 0.8 0.6958 (0.67-0.75 within one paired SE of each other; the lower
+    # one keeps "<two-word title> <author>" lookups). The previous attempt gated on the
+    # share of the *name* covered and broke the Russian known-item test: path stem +
+    # title double a name's lexemes, the query's own lexemes do not.
+    title_query_share: float = 0.67
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     log_queries: bool = True        # the real-query eval set is built from these logs
