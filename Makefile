@@ -23,6 +23,11 @@ system-deps:
 		echo "installing Tesseract OCR (eng+rus) from Debian packages"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq tesseract-ocr tesseract-ocr-eng tesseract-ocr-rus; \
 	fi
+	@# vault sync reads the vault's git repository with the git CLI
+	@if ! command -v git >/dev/null; then \
+		echo "installing git from Debian packages (vault sync)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq git; \
+	fi
 	@# the UI browser test drives Debian's Chromium (playwright downloads no browser of its own)
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 		echo "installing Chromium + ChromeDriver from Debian packages (UI browser test)"; \

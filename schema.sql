@@ -78,12 +78,16 @@ CREATE TABLE IF NOT EXISTS passages (
     page_end       integer,
     heading        text,
     content        text NOT NULL,
+    -- what the passage is part of ("<document title> — <heading>"), set by
+    -- passages_context below; indexed with the content (tsv), as the embedder
+    -- reads it with the content (serving.embedding.embed_text_for_passage)
+    context        text,
     content_hash   text NOT NULL,                 -- sha256 of content
     embed_hash     text,                          -- sha256 of the exact text fed to the embedder (with prefix)
     ts_config      regconfig NOT NULL DEFAULT 'simple',
     -- one definition of a passage's tsvector, computed by Postgres with the
     -- passage's own configuration, so a Russian book is stemmed as Russian.
-    tsv            tsvector GENERATED ALWAYS AS (to_tsvector(ts_config, content)) STORED,
+    tsv            tsvector GENERATED ALWAYS AS (to_tsvector(ts_config, coalesce(context || E'\n', '') || content)) STORED,
     -- dimensionless on purpose: the dimension belongs to the model. Each model
     -- gets its own partial HNSW index over a halfvec(N) cast (ensure_vector_indexes),
     -- so rows of two models are never compared with each other.
@@ -98,6 +102,28 @@ CREATE TABLE IF NOT EXISTS passages (
     archived       boolean NOT NULL DEFAULT false,  -- decayed memory
     created_at     timestamptz NOT NULL DEFAULT now()
 );
+
+-- The keyword lane indexes a passage's title and heading with its text. Measured
+-- (benchmarks/eval_tune.py, SciFact TRAIN first 400, nDCG@10): keyword lane alone
+-- 0.6085 -> 0.6390, fused 0.6974 -> 0.7063 - a 96-token chunk of an abstract lost the
+-- title words bm25s (whole documents) scores with. Set by a trigger so that every
+-- writer (ingest, RAPTOR, vault, memory, eval loader) gets the same rule; BEFORE
+-- triggers run before generated columns are computed.
+CREATE OR REPLACE FUNCTION passage_context(p_title text, p_heading text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT nullif(CASE WHEN lower(btrim(p_title)) = lower(btrim(p_heading)) THEN btrim(p_title)
+                       ELSE concat_ws(' — ', nullif(btrim(p_title), ''), nullif(btrim(p_heading), '')) END, '')
+$$;
+
+CREATE OR REPLACE FUNCTION passages_set_context() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.context IS NULL THEN
+        NEW.context := passage_context(
+            (SELECT d.title FROM documents d WHERE d.id = NEW.document_id), NEW.heading);
+    END IF;
+    RETURN NEW;
+END $$;
+
 
 CREATE INDEX IF NOT EXISTS passages_document_idx ON passages (document_id, ordinal);
 CREATE INDEX IF NOT EXISTS passages_tsv_idx ON passages USING gin (tsv);
@@ -146,6 +172,59 @@ CREATE TABLE IF NOT EXISTS lexeme_df_totals (
     avg_length double precision NOT NULL,
     refreshed_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Recomputed wholesale from the stored tsvectors (serving.lexemes.refresh_lexeme_df
+-- wraps it). The population is what the keyword lane searches: verbatim passages
+-- not removed, superseded or archived; lengths are length(tsv), distinct lexemes,
+-- the measure the lane's BM25 uses. DELETE + INSERT in the caller's transaction, so
+-- readers keep the old statistics until it commits (TRUNCATE would lock them out).
+CREATE OR REPLACE FUNCTION lexeme_df_rebuild() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(7301116);   -- one refresh at a time
+    DELETE FROM lexeme_df;
+    DELETE FROM lexeme_df_totals;
+    -- tsvector_to_array yields each lexeme once per passage, so count(*) is the df
+    INSERT INTO lexeme_df (ts_config, lexeme, df)
+        SELECT p.ts_config, u.lexeme, count(*)
+        FROM passages p, unnest(tsvector_to_array(p.tsv)) AS u(lexeme)
+        WHERE p.summary_level = 0 AND NOT p.removed AND NOT p.superseded AND NOT p.archived
+        GROUP BY 1, 2;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    INSERT INTO lexeme_df_totals (ts_config, passages, avg_length, refreshed_at)
+        SELECT ts_config, count(*), coalesce(avg(length(tsv)), 0), now() FROM passages
+        WHERE summary_level = 0 AND NOT removed AND NOT superseded AND NOT archived
+        GROUP BY 1;
+    RETURN n;
+END $$;
+
+-- Databases created before passages.context existed get the trigger, the new
+-- tsvector expression (a table rewrite, once), the context backfilled and fresh
+-- lexeme statistics.
+ALTER TABLE passages ADD COLUMN IF NOT EXISTS context text;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'passages_context'
+                   AND tgrelid = 'passages'::regclass) THEN
+        CREATE TRIGGER passages_context BEFORE INSERT ON passages
+            FOR EACH ROW EXECUTE FUNCTION passages_set_context();
+    END IF;
+    -- databases created before `context` existed: new expression, backfilled once
+    IF (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+        JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = 'passages'::regclass AND a.attname = 'tsv') NOT LIKE '%context%' THEN
+        UPDATE passages p SET context = passage_context(d.title, p.heading)
+            FROM documents d WHERE d.id = p.document_id AND p.context IS NULL;
+        UPDATE passages SET context = passage_context(NULL, heading)
+            WHERE document_id IS NULL AND context IS NULL;
+        ALTER TABLE passages ALTER COLUMN tsv
+            SET EXPRESSION AS (to_tsvector(ts_config, coalesce(context || E'\n', '') || content));
+        IF EXISTS (SELECT 1 FROM lexeme_df_totals) THEN
+            PERFORM lexeme_df_rebuild();   -- its statistics described the old tsvectors
+        END IF;
+    END IF;
+END $$;
 
 -- Text-search configuration for an ISO 639-1 language code. Postgres ships
 -- Snowball stemmers for these; anything else is indexed with 'simple'
@@ -265,3 +344,266 @@ CREATE OR REPLACE FUNCTION memory_content_hash(p_content text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT encode(sha256(convert_to(memory_normalise(p_content), 'UTF8')), 'hex')
 $$;
+
+-- ---------------------------------------------------------------------------
+-- Re-embed migration and query logs (issue 10)
+-- Vectors of the model a migration moves to, one row per passage, written in
+-- batches while search keeps reading passages.embedding (the active model).
+-- A side table rather than extra passages rows or columns: the keyword, title
+-- and structure lanes read passages without any model filter, so duplicate rows
+-- would be found twice, and a second column would rewrite every passage row on
+-- each batch. Here passages stay untouched until the switch, which copies these
+-- vectors in and flips `settings.embed_model` in one transaction
+-- (library_pipeline/migrate.py). Rows vanish with their passage (a file
+-- re-ingested mid-migration gets new ids, which the migration picks up).
+CREATE TABLE IF NOT EXISTS passage_embeddings (
+    model       text NOT NULL,
+    passage_id  bigint NOT NULL REFERENCES passages(id) ON DELETE CASCADE,
+    embedding   halfvec NOT NULL,
+    embed_hash  text,              -- sha256 of the exact text embedded (reuse across identical passages)
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (model, passage_id)
+);
+CREATE INDEX IF NOT EXISTS passage_embeddings_passage_idx ON passage_embeddings (passage_id);
+CREATE INDEX IF NOT EXISTS passage_embeddings_hash_idx ON passage_embeddings (model, embed_hash);
+
+-- Query log: memory_search calls too (kind), who asked (never exported by
+-- `library eval real-set`), what came back in order, and the latency.
+ALTER TABLE search_log ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'library';  -- library | memory
+ALTER TABLE search_log ADD COLUMN IF NOT EXISTS caller_agent text;
+ALTER TABLE search_log ADD COLUMN IF NOT EXISTS caller_department text;
+ALTER TABLE search_log ADD COLUMN IF NOT EXISTS results jsonb;        -- [{"id", "lanes": {lane: rank}}] as returned
+ALTER TABLE search_log ADD COLUMN IF NOT EXISTS latency_ms double precision;
+
+-- ---------------------------------------------------------------------------
+-- Enrichment: RAPTOR and knowledge graph (issue 5)
+-- RAPTOR summaries are `passages` rows (summary_level > 0, kind 'summary',
+-- `summarises` = the ids one level down), searched through their own partial
+-- HNSW index (ensure_vector_indexes). raptor_builds records what each file's
+-- tree was built from, so an unchanged file is skipped and a changed one rebuilt.
+CREATE TABLE IF NOT EXISTS raptor_builds (
+    document_id  bigint PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+    version      integer NOT NULL,          -- documents.version the tree summarises
+    embed_model  text NOT NULL,
+    summariser   text NOT NULL,             -- 'extractive' or '<backend>:<model>'
+    levels       integer NOT NULL,
+    nodes        integer NOT NULL,
+    built_at     timestamptz NOT NULL DEFAULT now()
+);
+
+-- The closed vocabulary (serving/ontology.py maps raw labels onto it; these
+-- tables make the database refuse anything else, so a writer that bypasses the
+-- mapper fails loudly instead of splitting `tool` from `tools` again). The
+-- Python lists and these rows are compared by a test.
+CREATE TABLE IF NOT EXISTS kg_entity_types (name text PRIMARY KEY, description text NOT NULL);
+CREATE TABLE IF NOT EXISTS kg_relation_types (name text PRIMARY KEY, description text NOT NULL);
+INSERT INTO kg_entity_types (name, description) VALUES
+    ('person', 'a real or fictional person, a character'),
+    ('organization', 'a company, institution, group, agency, team'),
+    ('place', 'a city, country, region, building, address, landmark'),
+    ('event', 'a named event, war, incident, meeting'),
+    ('work', 'a book, paper, story, article, film, document'),
+    ('concept', 'an idea, theory, topic, field, abstract notion'),
+    ('technique', 'a method, procedure, attack technique, practice'),
+    ('tool', 'a tool or instrument (software or physical) used to do something'),
+    ('software', 'a program, library, framework, operating system, service'),
+    ('protocol', 'a network or communication protocol'),
+    ('standard', 'a specification, law, regulation, RFC, format'),
+    ('vulnerability', 'a weakness, CVE, flaw'),
+    ('algorithm', 'an algorithm, data structure, mathematical procedure'),
+    ('hardware', 'a device, machine, vehicle, component'),
+    ('language', 'a natural or programming language'),
+    ('other', 'anything the mapping could not place (raw label kept in type_raw)')
+ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description;
+INSERT INTO kg_relation_types (name, description) VALUES
+    ('uses', 'source uses target (also raw "used by": direction as stated, never rewritten)'),
+    ('part_of', 'source is part of / member of target'),
+    ('type_of', 'source is a kind / instance of target'),
+    ('created_by', 'source was written / made / founded by target'),
+    ('depends_on', 'source requires target'),
+    ('implements', 'source implements target'),
+    ('targets', 'source attacks / exploits / is aimed at target'),
+    ('mitigates', 'source prevents / defends against target'),
+    ('located_in', 'source is located in target'),
+    ('describes', 'source describes / is about target'),
+    ('related_to', 'anything else, and same-sentence co-occurrence (count = sentences)')
+ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description;
+
+-- THE name normalisation of graph entities, used by the write path (entity
+-- resolution at insert) and the read path (lookups): NFKC, lower case,
+-- ё -> е, typographic apostrophes unified, a trailing possessive and a
+-- leading English article dropped, punctuation (except + and #, for C++ / C#)
+-- to spaces, whitespace collapsed. "The Red-Headed League" and "red headed
+-- league" are one node.
+CREATE OR REPLACE FUNCTION kg_normalise_name(p_name text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT btrim(regexp_replace(
+        regexp_replace(
+            regexp_replace(
+                regexp_replace(regexp_replace(replace(lower(normalize(coalesce(p_name, ''), NFKC)), 'ё', 'е'),
+                                              '[’‘`´]', '''', 'g'), '''s\s*$', ''),
+                '^\s*(the|a|an)\s+', ''),
+            '[^[:alnum:]+#]+', ' ', 'g'),
+        '\s+', ' ', 'g'))
+$$;
+
+CREATE TABLE IF NOT EXISTS entities (
+    id          bigserial PRIMARY KEY,
+    name        text NOT NULL,                -- display form (first seen)
+    name_norm   text NOT NULL UNIQUE,         -- kg_normalise_name(name): one concept, one node
+    type        text NOT NULL REFERENCES kg_entity_types(name),
+    type_raw    text,                         -- the label the extractor gave for the winning type
+    type_votes  jsonb NOT NULL DEFAULT '{}',  -- canonical type -> mentions; `type` is the top one
+    mentions    integer NOT NULL DEFAULT 0,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS entities_type_idx ON entities (type, mentions DESC);
+
+-- Other normalised spellings resolved onto an entity (edit distance <= 2,
+-- inflected Russian forms before lemmatisation was added, LLM variants).
+CREATE TABLE IF NOT EXISTS entity_aliases (
+    alias_norm  text PRIMARY KEY,
+    entity_id   bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE
+);
+
+-- Which files mention an entity, how often: source_count = rows here.
+CREATE TABLE IF NOT EXISTS entity_sources (
+    entity_id    bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    document_id  bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    mentions     integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (entity_id, document_id)
+);
+CREATE INDEX IF NOT EXISTS entity_sources_document_idx ON entity_sources (document_id);
+
+-- One row per (edge, raw label, file): queries aggregate across files and rank
+-- by how many files assert an edge. Direction is the extractor's, never inferred.
+CREATE TABLE IF NOT EXISTS relations (
+    id            bigserial PRIMARY KEY,
+    source_id     bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    target_id     bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    relation      text NOT NULL REFERENCES kg_relation_types(name),
+    relation_raw  text NOT NULL,
+    document_id   bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    count         integer NOT NULL DEFAULT 1,
+    evidence      text,                       -- one sentence that asserted it
+    extractor     text NOT NULL,              -- pattern | cooccurrence | dependency | <llm name>
+    CHECK (source_id <> target_id),
+    UNIQUE (source_id, target_id, relation, relation_raw, document_id)
+);
+CREATE INDEX IF NOT EXISTS relations_source_idx ON relations (source_id, relation);
+CREATE INDEX IF NOT EXISTS relations_target_idx ON relations (target_id, relation);
+CREATE INDEX IF NOT EXISTS relations_document_idx ON relations (document_id);
+
+-- Incremental extraction: a run takes at most its passage budget, commits each
+-- batch together with the position reached, and the next run resumes there.
+-- A file whose passages changed (documents.version) starts over.
+CREATE TABLE IF NOT EXISTS kg_progress (
+    document_id     bigint PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+    version         integer NOT NULL,
+    extractor       text NOT NULL,
+    next_ordinal    integer NOT NULL DEFAULT 0,
+    passages_done   integer NOT NULL DEFAULT 0,
+    passages_total  integer NOT NULL DEFAULT 0,
+    started_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    completed_at    timestamptz
+);
+
+-- ---------------------------------------------------------------------------
+-- Vault (issue 7)
+-- Obsidian notes synced from a git repository (library_pipeline/vault, the
+-- `vault` asset group). A note is a `documents` row (source 'vault', path
+-- relative to the repository root, `front_matter` jsonb); its `##` sections are
+-- `passages` rows (source 'vault', kind 'note', scope 'global', agent 'vault').
+-- A new version supersedes the old rows (superseded = true, kept, searchable on
+-- request); a deleted note is `removed`; a rename updates the documents row in
+-- place, so every version stays attached to the note.
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS vault_blob text;        -- git blob id of the live version
+ALTER TABLE passages ADD COLUMN IF NOT EXISTS note_version integer;    -- documents.version the row belongs to
+
+-- One row per indexed version of a note: which commit and blob it came from.
+CREATE TABLE IF NOT EXISTS vault_note_versions (
+    document_id  bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    version      integer NOT NULL,
+    path         text NOT NULL,           -- the path at that version (renames change it)
+    commit_sha   text,
+    blob         text NOT NULL,
+    title        text,
+    front_matter jsonb,
+    tags         text[] NOT NULL DEFAULT '{}',   -- front-matter tags and #tags in the body
+    aliases      text[] NOT NULL DEFAULT '{}',
+    callouts     jsonb NOT NULL DEFAULT '[]'::jsonb,  -- [{type, title, fold}]
+    sections     integer NOT NULL,
+    passages     integer NOT NULL,
+    warnings     text[] NOT NULL DEFAULT '{}',
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (document_id, version)
+);
+
+-- Links between notes, as written in the live version of the source note:
+-- `[[target#heading|alias]]` (link), `![[target]]` (embed), or a link inside a
+-- front-matter property (property, with the key). The target stays as written;
+-- `note_edges` resolves it the way Obsidian does (exact path, else the
+-- shortest path ending in that name).
+CREATE TABLE IF NOT EXISTS note_links (
+    from_document bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    ordinal       integer NOT NULL,
+    target        text NOT NULL,          -- '' for a same-note `[[#Heading]]`
+    alias         text,
+    heading       text,
+    kind          text NOT NULL CHECK (kind IN ('link', 'embed', 'property')),
+    property      text,
+    PRIMARY KEY (from_document, ordinal)
+);
+CREATE INDEX IF NOT EXISTS note_links_target_idx ON note_links (lower(target));
+
+CREATE OR REPLACE VIEW note_edges AS
+SELECT l.*,
+       CASE WHEN l.target = '' THEN l.from_document ELSE (
+           SELECT d.id FROM documents d
+           WHERE d.source = 'vault' AND d.status <> 'removed'
+             AND (lower(d.path) = lower(l.target) || '.md' OR lower(d.path) = lower(l.target)
+                  OR right(lower(d.path), length(l.target) + 4) = '/' || lower(l.target) || '.md')
+           ORDER BY length(d.path), d.path LIMIT 1) END AS to_document
+FROM note_links l;
+
+-- Sync state per vault repository and branch: the last commit whose changes
+-- are fully indexed (the freshness check measures the head's lead over it).
+CREATE TABLE IF NOT EXISTS vault_state (
+    repo           text NOT NULL,
+    branch         text NOT NULL,
+    last_commit    text,
+    last_sync_id   bigint,
+    last_synced_at timestamptz,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (repo, branch)
+);
+
+-- Every sync (sensor tick, `library vault sync`, the post-receive hook):
+-- what it compared, what it asked for, and "N files processed, N chunks indexed".
+CREATE TABLE IF NOT EXISTS vault_syncs (
+    id              bigserial PRIMARY KEY,
+    repo            text NOT NULL,
+    branch          text NOT NULL,
+    trigger         text NOT NULL,        -- sensor | cli | hook
+    mode            text NOT NULL CHECK (mode IN ('incremental', 'full')),
+    reason          text,                 -- why a full comparison (missing cursor, force-push, --full)
+    from_commit     text,
+    to_commit       text NOT NULL,
+    requested       integer NOT NULL DEFAULT 0,   -- notes sent to the vault_note_sections asset
+    renamed         integer NOT NULL DEFAULT 0,
+    removed         integer NOT NULL DEFAULT 0,
+    skipped         jsonb NOT NULL DEFAULT '{}'::jsonb,  -- path -> reason (attachments, .base, .canvas)
+    runs_requested  integer NOT NULL DEFAULT 0,
+    runs_done       integer NOT NULL DEFAULT 0,
+    files_processed integer NOT NULL DEFAULT 0,
+    chunks_indexed  integer NOT NULL DEFAULT 0,
+    failed          integer NOT NULL DEFAULT 0,
+    started_at      timestamptz NOT NULL DEFAULT now(),
+    finished_at     timestamptz
+);
+CREATE INDEX IF NOT EXISTS vault_syncs_repo_idx ON vault_syncs (repo, branch, id);
+-- a sync whose runs all ended and some failed: the sensor abandons it and
+-- retries from vault_state.last_commit (the last fully indexed commit)
+ALTER TABLE vault_syncs ADD COLUMN IF NOT EXISTS abandoned_at timestamptz;

@@ -14,8 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from library_pipeline.eval.cli import eval_app
+from library_pipeline.migrate import migrate_app
+from library_pipeline.vault_cli import vault_app
 from serving import cli as serving_cli
 from serving.memory_cli import memory_app
+from library_pipeline.graph_cli import graph_app
 from serving.db import Database
 from serving.settings import Settings
 
@@ -99,6 +102,10 @@ def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable
     db = Database(Settings.from_env())
     try:
         data = inventory(db)
+        from library_pipeline.migrate import status as migration_status
+
+        with db.connect() as conn:
+            data["embedder"] = migration_status(conn)
     finally:
         db.stop()
     if json_out:
@@ -113,6 +120,9 @@ def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable
                       str(d["passages"]), d["error"] or "", style=style)
     Console().print(table)
     Console().print(", ".join(f"{k}: {v}" for k, v in data["totals"].items()))
+    from library_pipeline.migrate import describe as describe_migration
+
+    Console().print(describe_migration(data["embedder"]))
 
 
 @app.command()
@@ -144,7 +154,10 @@ app.command("search")(serving_cli.search)
 app.command("files")(serving_cli.files)
 app.command("serve")(serving_cli.serve)
 app.add_typer(memory_app, name="memory", help="Agent memory: index, search, get, forget.")
+app.add_typer(graph_app, name="graph", help="Knowledge graph and RAPTOR summaries: build, entity, related, path, subgraph, top.")
 app.add_typer(eval_app, name="eval", help="Retrieval evaluation: BEIR datasets, the regression set, pooled judgments.")
+app.add_typer(vault_app, name="vault", help="Obsidian vault sync on git push: sync [--full], status.")
+app.add_typer(migrate_app, name="migrate", help="Migrations: `migrate embedder start|status|resume|abort`.")
 
 
 @app.command()

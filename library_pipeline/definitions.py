@@ -7,6 +7,8 @@ import dagster as dg
 
 from library_pipeline.defs import eval as eval_defs
 from library_pipeline.defs import ingest, memory, ops
+from library_pipeline.defs import vault
+from library_pipeline.defs import enrich
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.settings import Settings
 
@@ -16,8 +18,9 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     resources = {
         "library_db": LibraryDatabase.from_settings(settings),
         "embedder": EmbedderResource.from_settings(settings),
+        "vault": vault.VaultResource.from_settings(settings),
     }
-    return dg.Definitions.merge(ingest.defs, memory.defs, eval_defs.defs, ops.defs,
+    return dg.Definitions.merge(ingest.defs, memory.defs, eval_defs.defs, ops.defs, vault.defs, enrich.defs,
                                  dg.Definitions(resources=resources))
 
 

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from serving.db import Database
 from serving.embedding import Embedder, load_embedder
+from serving.migration import load_active_embedder
 from serving.settings import Settings
 
 _DATABASES: dict[tuple, Database] = {}
@@ -62,6 +63,16 @@ class EmbedderResource(dg.ConfigurableResource):
         return cls(backend=settings.embed_backend, model=settings.embed_model or "",
                    dims=settings.embed_dims or 0, ollama_url=settings.ollama_url)
 
-    def get(self) -> Embedder:
-        return load_embedder(self.backend, self.model or None, dims=self.dims or None,
-                             ollama_url=self.ollama_url)
+    def get(self, db: Database | None = None) -> Embedder:
+        """The configured embedder - or, given the library's database, the model a
+        re-embed migration switched that library to (serving.migration): the
+        environment only chooses the first model of an empty library, and writing
+        new passages with any other model would leave them unsearchable."""
+        def configured() -> Embedder:
+            return load_embedder(self.backend, self.model or None, dims=self.dims or None,
+                                 ollama_url=self.ollama_url)
+
+        if db is None:
+            return configured()
+        with db.connect() as conn:
+            return load_active_embedder(conn, configured)

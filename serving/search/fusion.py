@@ -2,7 +2,8 @@
 rank each lane gave it.
 
 score(p) = sum over lanes that found p of weight_lane / (k + rank_lane(p)),
-k = 60 (reference). Ties (common: every lane's rank 1 is worth 1/61) break on
+k = 20 (the reference used 60; SearchConfig.rrf_k has the measurement). Ties
+(common: every lane's rank 1 is worth 1/(k+1)) break on
 the best single-lane rank, then on the passage id, never on dict order.
 """
 

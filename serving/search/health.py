@@ -17,6 +17,7 @@ after one): a healthy search costs one small SELECT here, plus the log row.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import threading
@@ -135,13 +136,48 @@ def health_report(state: Breaker) -> dict[str, Any]:
     return out
 
 
+_last_log_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("search_log_id", default=None)
+
+
+def last_log_id() -> int | None:
+    """The search_log row the last search in this context wrote (None: not logged),
+    so a wrapper such as memory_search can complete the row with what it returned."""
+    return _last_log_id.get()
+
+
+def reset_last_log_id() -> None:
+    _last_log_id.set(None)
+
+
 def log_search(conn: psycopg.Connection, *, query: str, top_k: int, filters: dict, config: str, returned: int,
-               pool: int, lanes: dict[str, int], timings: dict[str, float], degenerate: str | None) -> None:
-    conn.execute(
-        "INSERT INTO search_log (query, top_k, filters, config, returned, pool, lanes, timings, degenerate) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+               pool: int, lanes: dict[str, int], timings: dict[str, float], degenerate: str | None,
+               results: list[dict[str, Any]] | None = None, kind: str = "library") -> int | None:
+    """One search_log row (unless LIBRARY_QUERY_LOG=off). The caller's identity comes out
+    of the filters into its own columns, so an export can drop it by leaving columns out."""
+    from serving.settings import query_log_enabled
+
+    _last_log_id.set(None)
+    if not query_log_enabled():
+        return None
+    filters = dict(filters)
+    viewer = filters.pop("viewer", None) or {}
+    row = conn.execute(
+        "INSERT INTO search_log (query, top_k, filters, config, returned, pool, lanes, timings, degenerate, "
+        "  kind, caller_agent, caller_department, results, latency_ms) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
         (query[:2000], top_k, Jsonb(filters), config, returned, pool, Jsonb(lanes),
-         Jsonb({k: round(v, 2) for k, v in timings.items()}), degenerate))
+         Jsonb({k: round(v, 2) for k, v in timings.items()}), degenerate, kind,
+         viewer.get("agent"), viewer.get("department"), Jsonb(results) if results is not None else None,
+         round(timings["total"], 2) if "total" in timings else None)).fetchone()
+    _last_log_id.set(row[0])
+    return row[0]
+
+
+def prune_search_log(conn: psycopg.Connection, days: int) -> int:
+    """Delete log rows older than `days` (retention); returns how many went."""
+    if days <= 0:
+        raise ValueError(f"query-log retention must be at least 1 day, got {days}")
+    return conn.execute("DELETE FROM search_log WHERE at < now() - make_interval(days => %s)", (days,)).rowcount
 
 
 def breaker_status(conn: psycopg.Connection) -> dict[str, Any]:

@@ -49,8 +49,9 @@ def lanes_config(disable: List[str]) -> SearchConfig:
 def retrieval_quality(config: RetrievalCheckConfig, library_db: LibraryDatabase,
                       embedder: EmbedderResource) -> dg.AssetCheckResult:
     qs = load_query_set(config.query_set or os.environ.get(QUERY_SET_ENV) or None)
-    with library_db.get().connect() as conn:
-        result = score_query_set(conn, embedder.get(), qs, config=lanes_config(config.disable_lanes),
+    db = library_db.get()
+    with db.connect() as conn:
+        result = score_query_set(conn, embedder.get(db), qs, config=lanes_config(config.disable_lanes),
                                  top_k=config.top_k)
     metadata = {m: dg.MetadataValue.float(round(result.metrics[m], 4)) for m in CHECK_METRICS}
     metadata.update({f"threshold {m}": dg.MetadataValue.float(t) for m, t in qs.thresholds.items()})
@@ -86,3 +87,41 @@ def no_orphan_passages(library_db: LibraryDatabase) -> dg.AssetCheckResult:
         passed=(no_doc + of_removed + never_indexed) == 0,
         metadata={"without_document": no_doc, "of_removed_files_live": of_removed,
                   "of_never_indexed_files": never_indexed})
+
+
+# -- memory search precision (issue 10) ------------------------------------------------
+
+MEMORY_SET_ENV = "LIBRARY_MEMORY_EVAL_SET"
+
+
+class MemoryPrecisionConfig(dg.Config):
+    memory_set: str = Field(default="", description="Memory eval set JSON; empty = $LIBRARY_MEMORY_EVAL_SET or "
+                                                    "the shipped library_pipeline/eval/queries/memory_set.json")
+
+
+@dg.asset_check(asset=dg.AssetKey("memory_retention"), blocking=False,
+                description="Memory search precision (seed 002: > 0.7): the fixed memory eval set loaded into "
+                            "its own database (library_eval_memory) through index_memory and queried through "
+                            "search_memory as the set's viewer; precision@R against the set's threshold, and no "
+                            "record the viewer may not see.")
+def memory_search_precision(config: MemoryPrecisionConfig, library_db: LibraryDatabase,
+                            embedder: EmbedderResource) -> dg.AssetCheckResult:
+    from library_pipeline.eval.memory_eval import CHECK_METRIC, run_memory_eval
+    from serving.migration import load_active_embedder
+
+    base = library_db.get()
+    with base.connect() as conn:
+        model = load_active_embedder(conn, embedder.get)
+    result = run_memory_eval(base, model, config.memory_set or os.environ.get(MEMORY_SET_ENV) or None)
+    metadata = {m: dg.MetadataValue.float(v) for m, v in result.metrics.items()}
+    metadata[f"threshold {CHECK_METRIC}"] = dg.MetadataValue.float(result.threshold)
+    metadata["queries"] = len(result.per_query)
+    metadata["model"] = model.name
+    metadata["visibility leaks"] = dg.MetadataValue.md("\n".join(f"- {x}" for x in result.leaks) or "none")
+    misses = [(qid, v) for qid, v in result.per_query.items() if v[CHECK_METRIC] < 1.0]
+    metadata["missed queries"] = dg.MetadataValue.md(
+        "\n".join(f"- {qid} `{v['query']}` -> {', '.join(v['returned'][:3])}" for qid, v in misses) or "none")
+    metadata["seconds"] = round(result.seconds, 2)
+    verdict = (f"{CHECK_METRIC} {result.metrics[CHECK_METRIC]:.3f} vs > {result.threshold}"
+               + (f"; {len(result.leaks)} records shown to a viewer who may not see them" if result.leaks else ""))
+    return dg.AssetCheckResult(passed=result.passed, metadata=metadata, description=verdict)

@@ -17,8 +17,10 @@ from collections.abc import Callable
 import dagster as dg
 
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.defs.ingest.store import StepResult, chunk_step, embed_step, extract_step
+from library_pipeline.defs.ingest.store import (StepResult, chunk_step, embed_step, extract_step,
+                                                record_failure_by_key)
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from serving.db import Database
 
 progress_log = logging.getLogger("library_pipeline.progress")
 
@@ -60,11 +62,22 @@ def _report(context: dg.AssetExecutionContext, step: str, results: list[StepResu
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _each(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], StepResult]) -> list[StepResult]:
+def _each(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], StepResult],
+          db: Database | None = None) -> list[StepResult]:
     results = []
     keys = context.partition_keys
     for n, key in enumerate(keys, 1):
-        result = fn(key)
+        try:
+            result = fn(key)
+        except Exception as exc:
+            # one file's unforeseen error (a file name with bytes Postgres cannot
+            # store raised UnicodeEncodeError) used to fail the whole range run and
+            # leave every other file in it pending (hostile corpus, issue 9)
+            context.log.error(f"{step} {key}: unexpected {type(exc).__name__}: {exc}")
+            reason = f"internal error in {step} ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+            result = StepResult(key, status="failed", reason=reason)
+            if db is not None:
+                result.path = record_failure_by_key(db, key, reason)
         results.append(result)
         progress_log.info("%s %d/%d %s %s", step, n, len(keys), result.status, result.path or key,
                           extra={"step": step, "key": key, "status": result.status})
@@ -89,7 +102,8 @@ def extracted_text(context: dg.AssetExecutionContext, config: IngestConfig,
     db = library_db.get()
     s = library_db.settings
     results = _each(context, "extract", lambda key: extract_step(
-        db, s.library_dir, key, ocr_languages=s.ocr_languages, max_bytes=s.max_file_bytes, force=config.force))
+        db, s.library_dir, key, ocr_languages=s.ocr_languages, max_bytes=s.max_file_bytes, force=config.force),
+        db=db)
     return _report(context, "extract", results, lambda rs: {
         "pages": _sum("pages")(rs), "ocr_pages": _sum("ocr_pages")(rs), "chars": _sum("chars")(rs),
         "languages": ", ".join(sorted({str(r.figures["language"]) for r in rs if "language" in r.figures})) or "-",
@@ -108,8 +122,9 @@ def extracted_text(context: dg.AssetExecutionContext, config: IngestConfig,
 )
 def chunks(context: dg.AssetExecutionContext, config: IngestConfig, library_db: LibraryDatabase,
            embedder: EmbedderResource) -> dg.MaterializeResult:
-    db, model = library_db.get(), embedder.get()
-    results = _each(context, "chunk", lambda key: chunk_step(db, key, model, force=config.force))
+    db = library_db.get()
+    model = embedder.get(db)
+    results = _each(context, "chunk", lambda key: chunk_step(db, key, model, force=config.force), db=db)
     return _report(context, "chunk", results, lambda rs: {
         "chunks": _sum("chunks")(rs), "toc_chunks": _sum("toc_chunks")(rs)})
 
@@ -126,8 +141,9 @@ def chunks(context: dg.AssetExecutionContext, config: IngestConfig, library_db: 
 )
 def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_db: LibraryDatabase,
                embedder: EmbedderResource) -> dg.MaterializeResult:
-    db, model = library_db.get(), embedder.get()
-    results = _each(context, "embed", lambda key: embed_step(db, key, model, force=config.force))
+    db = library_db.get()
+    model = embedder.get(db)
+    results = _each(context, "embed", lambda key: embed_step(db, key, model, force=config.force), db=db)
     embed_seconds = sum(r.figures.get("embed_seconds", 0.0) for r in results)
     embedded = _sum("embedded")(results)
     return _report(context, "embed", results, lambda rs: {
@@ -156,8 +172,9 @@ def no_failed_files(library_db: LibraryDatabase) -> dg.AssetCheckResult:
 @dg.asset_check(asset=embeddings, description="Every live passage is embedded with the configured model "
                                               "(mixed-model rows are never compared; stale ones are unsearchable).")
 def passages_use_current_model(library_db: LibraryDatabase, embedder: EmbedderResource) -> dg.AssetCheckResult:
-    name = embedder.get().name
-    with library_db.get().connect() as conn:
+    db = library_db.get()
+    name = embedder.get(db).name
+    with db.connect() as conn:
         stale, total = conn.execute(
             "SELECT count(*) FILTER (WHERE embed_model IS DISTINCT FROM %s OR embedding IS NULL), count(*) "
             "FROM passages WHERE source = 'library' AND NOT removed", (name,)).fetchone()

@@ -1,8 +1,9 @@
 """`lexeme_df`: corpus document frequencies that drive the keyword lane.
 
-Unpartitioned and downstream of every file's embeddings: declarative
-automation (eager) refreshes it after ingests, and `library ingest` refreshes
-it at the end of a run that changed anything. The computation itself lives
+Unpartitioned and downstream of every file's embeddings and every vault
+note's sections: declarative automation (eager) refreshes it after ingests
+and vault syncs, and `library ingest` / `library vault sync` refresh it at the
+end of a run that changed anything. The computation itself lives
 in serving.lexemes (the read side owns what it ranks on)."""
 
 import dagster as dg
@@ -12,8 +13,13 @@ from library_pipeline.resources import LibraryDatabase
 from serving.lexemes import refresh_lexeme_df
 
 
+# Vault note sections are searchable passages too (library_pipeline.defs.vault); named
+# by key so that this module does not import the vault domain.
+VAULT_SECTIONS = dg.AssetKey("vault_note_sections")
+
+
 @dg.asset(
-    deps=[embeddings],
+    deps=[embeddings, VAULT_SECTIONS],
     group_name="ingest",
     kinds={"postgres"},
     owners=OWNERS,

@@ -10,6 +10,7 @@ and the real path lives in `documents.path`.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -63,5 +64,27 @@ def scan_library(root: Path) -> dict[str, Path]:
             if entry.is_dir() and not entry.is_symlink():
                 stack.append(entry)
             elif is_candidate(entry):
-                found[entry.relative_to(root).as_posix()] = entry
+                found[display_path(entry.relative_to(root).as_posix())] = entry
     return dict(sorted(found.items()))
+
+
+def display_path(relpath: str) -> str:
+    """A file name that is not valid UTF-8 arrives with surrogate escapes, which
+    Postgres text cannot hold: the first such name made the whole registration
+    transaction fail (hostile corpus, issue 9). Its bytes >= 0x80 are stored as
+    `\\xNN` instead; `fs_path` maps the stored form back."""
+    return relpath.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+_ESCAPED_BYTE = re.compile(r"\\x([89a-f][0-9a-f])")
+
+
+def fs_path(root: Path, relpath: str) -> Path:
+    """The file a stored relative path names: itself, or, for a name stored by
+    `display_path`, the name with its escaped bytes restored."""
+    path = root / relpath
+    if "\\x" in relpath and not os.path.lexists(path):
+        raw = _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), relpath)
+        if os.path.lexists(root / raw):
+            return root / raw
+    return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from library_pipeline.defs.ingest.chunking import chunk_pages
 from library_pipeline.defs.ingest.extract import ExtractionError, Page, extract_file
-from library_pipeline.defs.ingest.partitions import partition_key_for
+from library_pipeline.defs.ingest.partitions import fs_path, partition_key_for
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 
@@ -106,6 +107,20 @@ def _document(conn: psycopg.Connection, key: str) -> dict | None:
     return dict(zip(("id", "path", "status", "content_hash", "indexed_hash", "title", "ts_config"), row))
 
 
+def ingested_document(conn: psycopg.Connection, key: str) -> tuple[dict | None, StepResult]:
+    """For the stages downstream of ingest (summaries, graph): the file's row when its
+    passages are live, and the step result so far - failed when the key is unknown,
+    skipped (doc None) when the file is failed, removed or not ingested yet."""
+    doc = _document(conn, key)
+    if doc is None:
+        return None, StepResult(key, status="failed", reason="no such file registered")
+    result = StepResult(key, path=doc["path"])
+    if doc["status"] != "ingested":
+        result.status, result.reason = "skipped", f"file {doc['status']}"
+        return None, result
+    return doc, result
+
+
 def record_failure(db: Database, doc_id: int, reason: str) -> None:
     """Own transaction, so a failure is recorded even when the work rolled back.
     Passages already live stay live: a corrupt new version must not erase the old."""
@@ -114,9 +129,22 @@ def record_failure(db: Database, doc_id: int, reason: str) -> None:
                      (reason[:2000], doc_id))
 
 
+def record_failure_by_key(db: Database, key: str, reason: str) -> str | None:
+    """record_failure for a partition key; returns the file's path (None if unknown)."""
+    try:
+        with db.transaction() as conn:
+            row = conn.execute("UPDATE documents SET status = 'failed', error = %s, updated_at = now() "
+                               "WHERE source = 'library' AND partition_key = %s RETURNING path",
+                               (reason[:2000], key)).fetchone()
+    except Exception:  # the database itself is down: the run's own failure says so
+        log.exception("could not record the failure of %s", key)
+        return None
+    return row[0] if row else None
+
+
 def _resolve(library_dir: Path, relpath: str) -> Path:
     root = library_dir.resolve()
-    path = root / relpath
+    path = fs_path(root, relpath)
     if path.is_symlink() or not path.exists():
         try:
             target = path.resolve(strict=True)
@@ -127,6 +155,10 @@ def _resolve(library_dir: Path, relpath: str) -> Path:
         if not target.is_relative_to(root):
             raise IngestError("symlink points outside the library folder; refused")
         path = target
+    # `library ingest ../x` registered root/../x, which exists and is no symlink,
+    # and was read without this check (issue 9)
+    if not path.resolve().is_relative_to(root):
+        raise IngestError("path is outside the library folder; refused")
     return path
 
 
@@ -150,6 +182,14 @@ def extract_step(db: Database, library_dir: Path, key: str, *, ocr_languages: st
     result = StepResult(key, path=doc["path"])
     try:
         path = _resolve(library_dir, doc["path"])
+        # refuse before hashing: a FIFO named *.txt blocked the run forever in
+        # file_hash, and a 600 MB file was read whole only to be refused (issue 9)
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise IngestError("not a regular file (a pipe, socket or device); refused")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise IngestError(f"file too large: {st.st_size / 1e6:.1f} MB exceeds the limit of "
+                              f"{max_bytes / 1e6:.1f} MB (LIBRARY_MAX_FILE_MB)")
         digest = file_hash(path)
         if not force and digest == doc["content_hash"] and doc["status"] != "failed":
             with db.connect() as conn:

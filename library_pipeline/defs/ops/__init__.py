@@ -15,6 +15,7 @@ from library_pipeline.dagster_home import LANE_TAG
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.defs.ingest.sensors import RANGE_SIZE, range_request
+from library_pipeline.defs.ops import reembed
 
 INGEST_LANE = {LANE_TAG: "ingest"}
 ENRICH_LANE = {LANE_TAG: "enrich"}            # RAPTOR summaries, knowledge graph
@@ -59,4 +60,7 @@ def library_reconcile_schedule(context: dg.ScheduleEvaluationContext) -> list[dg
 # (each step re-imports Dagster, torch and the model; the chain has nothing to run
 # in parallel). So the location's default executor, which UI backfills and
 # sensor runs use, is in-process; parallelism comes from concurrent runs.
-defs = dg.Definitions(schedules=[library_reconcile_schedule], executor=dg.in_process_executor)
+defs = dg.Definitions.merge(
+    dg.Definitions(schedules=[library_reconcile_schedule], executor=dg.in_process_executor),
+    reembed.defs,  # issue 10: re-embed migration asset, query-log retention schedule
+)

@@ -1,0 +1,44 @@
+"""The enrich stage: RAPTOR summary trees and the knowledge graph (issue 5).
+Merge with `dg.Definitions.merge(..., enrich.defs, ...)` in
+library_pipeline/definitions.py; it needs `library_db` and `embedder` from
+there and brings its own `llm` resource (LIBRARY_LLM_* settings)."""
+
+import dagster as dg
+
+from library_pipeline.defs.enrich.assets import ENRICH_TAGS, knowledge_graph, raptor_tree
+from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed, raptor_trees_current
+from library_pipeline.defs.enrich.resources import GeneratorResource
+from library_pipeline.defs.ingest.partitions import library_files_partitions
+from serving.settings import Settings
+
+enrich_job = dg.define_asset_job(
+    "enrich_files", selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_TAGS,
+    description="RAPTOR trees (unchanged files skip) and a budgeted knowledge-graph pass over library files.")
+
+NIGHTLY_BUDGET = 5000  # passages per night: ~2.5 min of English extraction idle, ~10 min loaded (docs/enrichment.md)
+
+
+# Running by default: summaries and the graph appear without an operator's step, one
+# budgeted run a night in the enrich lane (concurrency 1, so ingestion is never starved).
+# Not eager automation: runs launched by the automation sensor carry no lane tag.
+@dg.schedule(job=enrich_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.RUNNING,
+             description=f"Nightly: rebuild stale summary trees and extract up to {NIGHTLY_BUDGET} more passages "
+                         "into the graph (resuming where the last run stopped), as one range run.")
+def enrich_nightly(context: dg.ScheduleEvaluationContext):
+    keys = context.instance.get_dynamic_partitions(library_files_partitions.name)
+    if not keys:
+        return dg.SkipReason("no library files registered yet")
+    return dg.RunRequest(
+        run_key=None,
+        run_config={"ops": {"knowledge_graph": {"config": {"budget": NIGHTLY_BUDGET}}}},
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1],
+              "library/reason": "nightly", **ENRICH_TAGS})
+
+
+def _llm() -> GeneratorResource:
+    return GeneratorResource.from_settings(Settings.from_env())
+
+
+defs = dg.Definitions(assets=[raptor_tree, knowledge_graph],
+                      asset_checks=[kg_vocabulary_closed, kg_no_dangling, raptor_trees_current],
+                      jobs=[enrich_job], schedules=[enrich_nightly], resources={"llm": _llm()})

@@ -1,0 +1,107 @@
+"""The enrich stage (group "enrich"): `raptor_tree` and `knowledge_graph`, per
+library file, downstream of `embeddings`.
+
+Both run in the enrich lane (one slot, library_pipeline.dagster_home) so they
+never starve ingestion on 2 cores, and both have `BackfillPolicy.single_run()`
+so a range of files is one run (~0.5 s of run overhead, not ~0.5 s per file).
+
+No `from __future__ import annotations`: Dagster inspects Config and resource
+annotations at definition time.
+"""
+
+import dagster as dg
+from pydantic import Field
+
+from library_pipeline.dagster_home import LANE_TAG
+from library_pipeline.defs.enrich.kg_store import collect_orphans, kg_step
+from library_pipeline.defs.enrich.raptor import raptor_step
+from library_pipeline.defs.enrich.resources import GeneratorResource
+from library_pipeline.defs.ingest.assets import OWNERS, _each, _report, _sum, embeddings
+from library_pipeline.defs.ingest.partitions import library_files_partitions
+from library_pipeline.resources import EmbedderResource, LibraryDatabase
+
+GROUP = "enrich"
+ENRICH_TAGS = {LANE_TAG: "enrich"}
+
+
+class RaptorConfig(dg.Config):
+    force: bool = Field(default=False, description="Rebuild even when the tree is current.")
+
+
+class GraphConfig(dg.Config):
+    budget: int = Field(default=2000, description="Passages extracted per run, over all files of the run; "
+                                                  "files not finished resume in the next run.")
+    batch: int = Field(default=200, description="Passages per committed batch (progress saved with each).")
+    restart: bool = Field(default=False, description="Forget progress and extract the files again.")
+
+
+@dg.asset(
+    deps=[embeddings],
+    partitions_def=library_files_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name=GROUP,
+    kinds={"python", "postgres", "pgvector", "scikitlearn"},
+    owners=OWNERS,
+    op_tags=ENRICH_TAGS,
+    description="RAPTOR summary tree per file: k-means clusters of the passage embeddings (~16 per cluster, "
+                "<= 3 levels), each summarised (extractive offline, abstractive with an LLM backend), embedded "
+                "and stored as passages with summary_level > 0, replaced in one transaction.",
+)
+def raptor_tree(context: dg.AssetExecutionContext, config: RaptorConfig, library_db: LibraryDatabase,
+                embedder: EmbedderResource, llm: GeneratorResource) -> dg.MaterializeResult:
+    db, generator = library_db.get(), llm.get()
+    model = embedder.get(db)
+    results = _each(context, "raptor", lambda key: raptor_step(db, key, model, generator, force=config.force))
+    seconds = sum(r.figures.get("summarise_seconds", 0.0) for r in results)
+    made = _sum("summaries")(results)
+    return _report(context, "raptor", results, lambda rs: {
+        "summaries": made, "passages": _sum("passages")(rs),
+        "sentences_embedded": _sum("sentences_embedded")(rs),
+        "summariser": generator.name if generator else "extractive", "model": model.name,
+        "summaries_per_s": round(made / seconds, 2) if seconds else 0.0,
+    })
+
+
+@dg.asset(
+    deps=[embeddings],
+    partitions_def=library_files_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name=GROUP,
+    kinds={"python", "postgres", "spacy"},
+    owners=OWNERS,
+    op_tags=ENRICH_TAGS,
+    description="Knowledge graph per file, incremental: at most `budget` passages per run, each batch committed "
+                "with its progress (kg_progress). Entities and relations mapped onto the closed ontology "
+                "(serving/ontology.py); names resolved across files (normalised exact, then edit distance <= 2).",
+)
+def knowledge_graph(context: dg.AssetExecutionContext, config: GraphConfig, library_db: LibraryDatabase,
+                    llm: GeneratorResource) -> dg.MaterializeResult:
+    db, generator = library_db.get(), llm.get()
+    orphans = collect_orphans(db)
+    remaining = [config.budget]
+
+    def one(key: str):
+        result = kg_step(db, key, generator, budget=remaining[0], batch=config.batch, restart=config.restart)
+        remaining[0] = max(0, remaining[0] - int(result.figures.get("passages", 0)))
+        return result
+
+    results = _each(context, "graph", one)
+    seconds = sum(r.figures.get("extract_seconds", 0.0) for r in results)
+    done = _sum("passages")(results)
+    with db.connect() as conn:
+        coverage = conn.execute(COVERAGE_SQL).fetchone()
+    return _report(context, "graph", results, lambda rs: {
+        "passages_extracted": done, "entities_touched": _sum("entities")(rs),
+        "relations_touched": _sum("relations")(rs), "budget": config.budget, "orphans_collected": orphans,
+        "passages_per_s": round(done / seconds, 1) if seconds else 0.0,
+        "extractor": generator.name if generator else "offline (spaCy / natasha + patterns)",
+        "files_complete": coverage[0], "files_ingested": coverage[1],
+        "coverage": round(coverage[0] / coverage[1], 3) if coverage[1] else 0.0,
+    })
+
+
+COVERAGE_SQL = """
+SELECT (SELECT count(*) FROM kg_progress k JOIN documents d ON d.id = k.document_id
+        WHERE d.status = 'ingested' AND k.completed_at IS NOT NULL AND k.version = d.version),
+       (SELECT count(*) FROM documents WHERE source = 'library' AND status = 'ingested')
+"""

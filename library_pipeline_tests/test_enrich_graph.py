@@ -1,0 +1,302 @@
+"""The knowledge graph on real books (Sherlock Holmes in English, Pushkin in
+Russian): offline extraction with canonical types, incremental budgeted runs
+that resume, entity resolution, the asset checks, the LLM path against a fake
+Ollama server, and the graph queries (entity, one hop, paths, subgraph,
+aggregates) through serving.graph, the MCP tools and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import dagster as dg
+import pytest
+from mcp import Client
+
+from library_pipeline.defs.enrich.assets import knowledge_graph
+from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed
+from library_pipeline.defs.enrich.resources import GeneratorResource
+from library_pipeline_tests.conftest import new_database
+from library_pipeline_tests.enrich_fixtures import (FakeOllama, instance, partition_keys,  # noqa: F401 (fixture)
+                                                    pushkin_excerpt, run_assets, sherlock_excerpt)
+from library_pipeline_tests.ingest_helpers import ingest, latest_metadata, write
+from serving import graph
+from serving.mcp_server import build_server
+from serving.runtime import Library
+
+BOOK = "en/sherlock-scandal-in-bohemia.txt"
+RU = "ru/pushkin-kapitanskaya-dochka.txt"
+
+
+@pytest.fixture(scope="module")
+def library(server_db, shared_data, tmp_path_factory, instance):
+    root = tmp_path_factory.mktemp("graph") / "library"
+    sherlock_excerpt(shared_data, root / BOOK)
+    pushkin_excerpt(shared_data, root / RU, chars=12000)
+    db = new_database(server_db, root)
+    assert ingest(db, instance)["failed"] == 0
+    keys = partition_keys(db, [BOOK, RU])
+    # a small budget first: the run stops mid-book and records where
+    first = run_assets(db, instance, [knowledge_graph], keys,
+                       run_config={"ops": {"knowledge_graph": {"config": {"budget": 40, "batch": 25}}}})
+    assert first.success
+    db.first_meta = latest_metadata(instance, "knowledge_graph")
+    with db.connect() as conn:
+        db.first_progress = conn.execute(
+            "SELECT d.path, k.passages_done, k.next_ordinal, k.completed_at IS NOT NULL FROM kg_progress k "
+            "JOIN documents d ON d.id = k.document_id ORDER BY d.path").fetchall()
+    second = run_assets(db, instance, [knowledge_graph, kg_vocabulary_closed, kg_no_dangling], keys,
+                        run_config={"ops": {"knowledge_graph": {"config": {"budget": 5000}}}})
+    assert second.success
+    db.second_result = second
+    db.second_meta = latest_metadata(instance, "knowledge_graph")
+    return db
+
+
+def _entity(db, name):
+    with db.connect() as conn:
+        return graph.entity(conn, name)
+
+
+def test_budget_stops_a_run_and_the_next_run_resumes(library):
+    assert library.first_meta["passages_extracted"] == 40
+    progress = {p: (done, nxt, complete) for p, done, nxt, complete in library.first_progress}
+    assert progress[BOOK][0] == 40 and progress[BOOK][2] is False
+    assert RU not in progress or progress[RU][0] == 0  # budget spent before the second file
+    with library.connect() as conn:
+        rows = conn.execute("SELECT k.passages_done, k.passages_total, k.completed_at IS NOT NULL FROM kg_progress k"
+                            ).fetchall()
+    assert len(rows) == 2 and all(done == total and complete for done, total, complete in rows)
+    assert library.second_meta["coverage"] == 1.0
+    assert library.second_meta["passages_extracted"] == sum(r[1] for r in rows) - 40
+
+
+def test_english_people_and_places_have_canonical_types(library):
+    irene = _entity(library, "Irene Adler")
+    assert irene["found"] and irene["type"] == "person" and irene["mentions"] >= 3
+    assert irene["files"] == [BOOK]
+    assert _entity(library, "Holmes")["type"] == "person"
+    places = {e["name"] for e in _top(library, "place")}
+    assert places & {"London", "Bohemia", "Baker Street", "Briony Lodge", "St. John’s Wood", "Serpentine Avenue"}
+
+
+def test_russian_people_and_places_have_canonical_types_and_nominative_names(library):
+    people = {e["name"] for e in _top(library, "person")}
+    places = {e["name"] for e in _top(library, "place")}
+    assert {"Савельич", "Бопре"} & people, people
+    assert {"Петербург", "Симбирск", "Оренбург"} & places, places
+    # inflected forms resolved onto one nominative node
+    with library.connect() as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM entities")}
+    assert not {"Петербурге", "Петербурга", "Симбирске"} & names
+
+
+def _top(db, type_):
+    with db.connect() as conn:
+        return graph.top_entities(conn, type=type_, limit=50)
+
+
+def test_cooccurrence_relations_are_counted_and_ranked_by_files(library):
+    with library.connect() as conn:
+        out = graph.related(conn, "Irene Adler", relation="related_to")
+    assert out["found"] and out["related"]
+    top = out["related"][0]
+    assert top["direction"] == "undirected" and top["files"] == 1 and top["count"] >= 1
+    counts = [r["count"] for r in out["related"]]
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_asset_checks_pass_and_report_coverage(library):
+    checks = {e.check_name: e for e in library.second_result.get_asset_check_evaluations()}
+    assert checks["kg_vocabulary_closed"].passed and checks["kg_no_dangling"].passed
+    assert checks["kg_no_dangling"].metadata["coverage"].value == 1.0
+
+
+def test_no_dangling_check_catches_an_orphan(library, instance):
+    with library.transaction() as conn:
+        conn.execute("INSERT INTO entities (name, name_norm, type) VALUES ('Nobody', 'nobody-orphan', 'person')")
+    try:
+        result = dg.materialize([kg_no_dangling], instance=instance, resources=_resources(library),
+                                raise_on_error=False, selection=dg.AssetSelection.checks(kg_no_dangling))
+        evaluation = result.get_asset_check_evaluations()[0]
+        assert not evaluation.passed and evaluation.metadata["entities_without_sources"].value == 1
+    finally:
+        with library.transaction() as conn:
+            conn.execute("DELETE FROM entities WHERE name_norm = 'nobody-orphan'")
+
+
+def _resources(db):
+    from library_pipeline.resources import EmbedderResource, LibraryDatabase
+
+    return {"library_db": LibraryDatabase.from_settings(db.settings),
+            "embedder": EmbedderResource.from_settings(db.settings), "llm": GeneratorResource()}
+
+
+def test_paths_between_entities(library):
+    with library.connect() as conn:
+        direct = graph.path(conn, "Irene Adler", "Holmes")
+        far = graph.path(conn, "Irene Adler", "Савельич")
+        ambiguous = graph.path(conn, "Irene Adler", "zzzz-no-such")
+    assert direct["found"] and direct["hops"] == 1
+    step = direct["paths"][0][0]
+    assert {step["from"], step["to"]} == {"Irene Adler", "Holmes"}
+    assert not far["found"] and "3 hops" in far["note"]  # two books, no shared names
+    assert not ambiguous["found"] and ambiguous["which"] == "target"
+    with library.connect() as conn:
+        # a 2-hop path exists between two of Irene's neighbours that never share a sentence
+        neighbours = [r["entity"]["name"] for r in graph.related(conn, "Irene Adler", limit=50)["related"]]
+        pair = None
+        for a in neighbours:
+            linked = {r["entity"]["name"] for r in graph.related(conn, a, limit=200)["related"]}
+            b = next((n for n in neighbours if n != a and n not in linked), None)
+            if b:
+                pair = (a, b)
+                break
+        assert pair, "a pair of Irene's neighbours without a direct edge"
+        two = graph.path(conn, *pair)
+    assert two["found"] and two["hops"] == 2
+    assert all(len(p) == 2 for p in two["paths"])
+
+
+def test_subgraph_and_aggregates(library):
+    with library.connect() as conn:
+        sub = graph.subgraph(conn, "Holmes", depth=1, limit=10)
+        deeper = graph.subgraph(conn, "Holmes", depth=2, limit=20)
+        connected = graph.most_connected(conn, limit=5)
+        stats = graph.stats(conn)
+    names = {n["name"] for n in sub["nodes"]}
+    assert sub["center"]["name"] == "Holmes" and 2 <= len(names) <= 11
+    assert all(e["source"] in names and e["target"] in names for e in sub["edges"])
+    assert any("Holmes" in (e["source"], e["target"]) for e in sub["edges"])
+    assert len(deeper["nodes"]) >= len(sub["nodes"])
+    assert connected[0]["degree"] >= connected[-1]["degree"]
+    assert stats["files_extracted"] == 2 and set(stats["entity_types"]) <= set(graph.ENTITY_TYPES)
+
+
+def test_lookup_of_partial_and_misspelt_names(library):
+    with library.connect() as conn:
+        partial = graph.resolve(conn, "Miss Irene Adler")
+        typo = graph.resolve(conn, "Irene Adlr")
+        absent = graph.entity(conn, "Hercule Poirot")
+    assert partial["status"] in ("found", "ambiguous")
+    names = [partial["entity"]["name"]] if partial["status"] == "found" else [c["name"] for c in partial["candidates"]]
+    assert "Irene Adler" in names
+    assert typo["status"] == "found" and typo["entity"]["name"] == "Irene Adler"
+    assert absent["found"] is False and "covers only the files extracted" in absent["note"]
+
+
+def test_graph_tools_over_mcp(library):
+    lib = Library(library.settings)
+
+    async def run():
+        async with Client(build_server(lib)) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert {"library_entity", "library_related", "library_path", "library_subgraph"} <= tools
+            ent = json.loads((await client.call_tool("library_entity", {"name": "Irene Adler"})).content[0].text)
+            rel = await client.call_tool("library_related", {"name": "Holmes", "relation": "friend_of"})
+            path = json.loads((await client.call_tool("library_path", {"source": "Irene Adler",
+                                                                       "target": "Holmes"})).content[0].text)
+            sub = json.loads((await client.call_tool("library_subgraph", {"name": "Holmes"})).content[0].text)
+            return ent, rel, path, sub
+
+    try:
+        ent, rel, path, sub = asyncio.run(run())
+    finally:
+        lib.close()
+    assert ent["found"] and ent["type"] == "person"
+    assert rel.is_error and "relation must be one of" in rel.content[0].text
+    assert path["found"] and path["hops"] == 1
+    assert sub["found"] and sub["nodes"]
+
+
+def test_llm_extraction_path_maps_labels_and_keeps_direction(server_db, tmp_path):
+    root = tmp_path / "library"
+    write(root / "small.txt", "Sherlock Holmes examined the letter with his lens. The lens was used by Holmes "
+                              "in every case. Dr. Watson wrote the account.")
+    db = new_database(server_db, root)
+
+    def answer(body):
+        assert body["format"]["required"] == ["entities", "relations"]
+        return json.dumps({"entities": [{"name": "Sherlock Holmes", "type": "Person"},
+                                        {"name": "lens", "type": "tools"},
+                                        {"name": "Dr. Watson", "type": "characters"}],
+                           "relations": [{"source": "lens", "relation": "used by", "target": "Sherlock Holmes"},
+                                         {"source": "Dr. Watson", "relation": "wrote about",
+                                          "target": "Sherlock Holmes"}]})
+
+    fake = FakeOllama(answer=answer).start()
+    try:
+        with dg.DagsterInstance.ephemeral() as inst:
+            ingest(db, inst)
+            llm = GeneratorResource(backend="ollama", model="fake-chat", url=fake.url, retries=1)
+            assert run_assets(db, inst, [knowledge_graph], partition_keys(db, ["small.txt"]), llm=llm).success
+            assert latest_metadata(inst, "knowledge_graph")["extractor"] == "ollama:fake-chat"
+    finally:
+        fake.stop()
+    assert fake.requests and fake.requests[0]["body"]["options"]["temperature"] == 0
+    with db.connect() as conn:
+        types = dict(conn.execute("SELECT name, type FROM entities").fetchall())
+        raw = dict(conn.execute("SELECT name, type_raw FROM entities").fetchall())
+        edges = conn.execute("SELECT s.name, r.relation, r.relation_raw, t.name FROM relations r JOIN entities s "
+                             "ON s.id = r.source_id JOIN entities t ON t.id = r.target_id ORDER BY 3").fetchall()
+    assert types == {"Sherlock Holmes": "person", "lens": "tool", "Dr. Watson": "person"}
+    assert raw["lens"] == "tools"
+    assert ("lens", "uses", "used by", "Sherlock Holmes") in edges  # direction as stated, raw kept
+    assert ("Dr. Watson", "related_to", "wrote about", "Sherlock Holmes") in edges
+
+
+def test_resolution_across_files_merges_spellings(db):
+    from library_pipeline.defs.enrich.extract import PassageGraph
+    from library_pipeline.defs.enrich.kg_store import write_graph
+
+    with db.transaction() as conn:
+        a, b, c = (conn.execute("INSERT INTO documents (path, partition_key, status) VALUES (%s, %s, 'ingested') "
+                                "RETURNING id", (p, p)).fetchone()[0] for p in ("a.txt", "b.txt", "c.txt"))
+        for doc, name, label in ((a, "Sherlock Holmes", "PERSON"), (b, "Sherlok Holmes", "PERSON"),
+                                 (c, "The Sherlock Holmes", "ORG"), (c, "Homer", "PERSON"), (a, "Hosmer", "PERSON")):
+            g = PassageGraph()
+            g.mentions[(name, label)] += 2
+            write_graph(conn, doc, [g])
+    with db.connect() as conn:
+        res = graph.entity(conn, "sherlock holmes")
+        names = {r[0] for r in conn.execute("SELECT name FROM entities")}
+    assert res["found"] and res["source_count"] == 3 and res["mentions"] == 6
+    assert res["type"] == "person"  # majority of mentions, not the first label
+    assert {"Homer", "Hosmer"} <= names, "short names are never merged by edit distance"
+
+
+def test_graph_cli(library, monkeypatch):
+    from typer.testing import CliRunner
+
+    from library_pipeline.cli import app
+
+    monkeypatch.setenv("LIBRARY_DB_DSN", library.dsn)
+    monkeypatch.setenv("LIBRARY_HOME", str(library.settings.home))
+    runner = CliRunner()
+    out = runner.invoke(app, ["graph", "path", "Irene Adler", "Holmes"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["hops"] == 1
+    top = runner.invoke(app, ["graph", "top", "--type", "person", "--limit", "3"])
+    assert top.exit_code == 0 and len(json.loads(top.stdout)) == 3
+    bad = runner.invoke(app, ["graph", "related", "Holmes", "--direction", "sideways"])
+    assert bad.exit_code == 2 and "direction must be" in bad.output
+
+
+def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
+    from library_pipeline.defs.enrich.extract import Edge, PassageGraph
+    from library_pipeline.defs.enrich.kg_store import collect_orphans, write_graph
+
+    with db.transaction() as conn:
+        a, b = (conn.execute("INSERT INTO documents (path, partition_key, status) VALUES (%s, %s, 'ingested') "
+                             "RETURNING id", (p, p)).fetchone()[0] for p in ("a.txt", "b.txt"))
+        for doc, names in ((a, ("Holmes", "Watson")), (b, ("Holmes", "Lestrade"))):
+            g = PassageGraph()
+            g.mentions.update({(n, "PERSON"): 1 for n in names})
+            g.edges.append(Edge(names[0], "PERSON", "co-occurs with", names[1], "PERSON", "ev", "cooccurrence"))
+            write_graph(conn, doc, [g])
+        conn.execute("DELETE FROM documents WHERE id = %s", (a,))  # what `library purge` does
+    assert collect_orphans(db) == 1  # Watson: only the purged file mentioned him
+    with db.connect() as conn:
+        assert {r[0] for r in conn.execute("SELECT name FROM entities")} == {"Holmes", "Lestrade"}
+        out = graph.entity(conn, "Holmes")
+    assert out["source_count"] == 1 and [r["entity"]["name"] for r in out["relations"]] == ["Lestrade"]

@@ -1,0 +1,78 @@
+"""A 10-second version of benchmarks/load.py: 20 real MCP clients over
+streamable HTTP (one bearer token each) searching and indexing memories while a
+forked ingest process re-ingests new arrivals and the memory upkeep loops.
+Zero errors allowed: no 429 / 413 for honest clients under the default limits,
+no pool timeouts, no internal errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from library_pipeline_tests.ingest_helpers import ingest
+
+REPO = Path(__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_20_mcp_clients_under_ingest_and_upkeep(make_db, tmp_path):
+    load, crash = _module("load"), _module("crash")
+    library = tmp_path / "library"
+    db = make_db(library)
+    crash.write_small_library(library, files=4)
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert ingest(db, instance)["ingested"] == 4
+    figures = load.run_load(db.settings.db_dsn, library, tmp_path, clients=20, seconds=10)
+    log.info("load: %s", figures)
+    assert figures["errors"] == 0, figures["error_samples"]
+    assert figures["calls"] >= 40 and set(figures["per_tool"]) == {"library_search", "memory_search", "memory_index"}
+    assert figures["ingest_runs_during_load"] >= 1 and figures["upkeep_rounds_during_load"] >= 1
+    assert figures["http_429_or_413_in_server_log"] == 0
+    with db.connect() as conn:  # what the clients indexed is stored, once per artifact
+        stored, distinct = conn.execute("SELECT count(*), count(DISTINCT (agent, artifact_id)) FROM memories "
+                                        "WHERE artifact_id LIKE 'load-%%' AND NOT superseded").fetchone()
+    assert stored == distinct >= 1
+
+
+def test_memory_tools_retry_a_deadlock_victim():
+    """A deadlock (40P01) or serialization failure rolls the whole call back: the
+    MCP layer runs it again instead of reporting an error to the agent."""
+    import psycopg
+    import pytest
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from serving.mcp_server import _memory_call
+
+    calls = []
+
+    def flaky(fails: int, error: type[Exception]):
+        def fn():
+            calls.append(1)
+            if len(calls) <= fails:
+                raise error("deadlock detected")
+            return {"ok": True}
+        return fn
+
+    assert psycopg.errors.DeadlockDetected.sqlstate == "40P01"
+    assert _memory_call("memory_index", flaky(2, psycopg.errors.DeadlockDetected)) == {"ok": True}
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ToolError, match="internal error"):
+        _memory_call("memory_index", flaky(5, psycopg.errors.SerializationFailure))
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ToolError, match="internal error"):  # anything else: no retry
+        _memory_call("memory_index", flaky(5, psycopg.errors.UniqueViolation))
+    assert len(calls) == 1

@@ -1,0 +1,42 @@
+"""schema.sql upgrades a database created by an earlier version in place: the
+passages' tsvector gained the document title and heading (passages.context)."""
+
+from __future__ import annotations
+
+from serving.db import Database
+from serving.lexemes import refresh_lexeme_df
+
+
+def test_old_tsvector_is_migrated_with_context_and_fresh_statistics(db: Database):
+    with db.transaction() as conn:
+        doc = conn.execute(
+            "INSERT INTO documents (path, partition_key, title, status) "
+            "VALUES ('moby.txt', 'moby', 'Moby-Dick; or, The Whale', 'ingested') RETURNING id").fetchone()[0]
+        conn.execute("INSERT INTO passages (document_id, ordinal, heading, content, content_hash, ts_config) "
+                     "VALUES (%s, 0, 'CHAPTER 1. Loomings', 'Call me Ishmael.', 'h', 'english')", (doc,))
+    with db.connect() as conn:
+        # what a database of the previous schema looked like
+        conn.autocommit = True
+        conn.execute("DROP TRIGGER passages_context ON passages")
+        conn.execute("ALTER TABLE passages ALTER COLUMN tsv SET EXPRESSION AS (to_tsvector(ts_config, content))")
+        conn.execute("ALTER TABLE passages DROP COLUMN context")
+        refresh_lexeme_df(conn)
+        assert conn.execute("SELECT count(*) FROM lexeme_df WHERE lexeme = 'whale'").fetchone()[0] == 0
+        before = conn.execute("SELECT id, content, content_hash FROM passages").fetchall()
+
+    for _ in range(2):  # as at the next two starts: the second run changes nothing
+        db._schema_ready = False
+        db.ensure_schema()
+
+    with db.connect() as conn:
+        assert conn.execute("SELECT id, content, content_hash FROM passages").fetchall() == before
+        context, matches = conn.execute(
+            "SELECT context, tsv @@ to_tsquery('english', 'whale & loomings & ishmael') FROM passages").fetchone()
+        assert context == "Moby-Dick; or, The Whale — CHAPTER 1. Loomings" and matches
+        # the statistics describe the new tsvectors without waiting for the next ingest
+        assert conn.execute("SELECT df FROM lexeme_df WHERE lexeme = 'whale'").fetchone()[0] == 1
+        # and new rows get their context from the trigger
+        conn.execute("INSERT INTO passages (document_id, ordinal, content, content_hash, ts_config) "
+                     "VALUES (%s, 1, 'It was the Pequod.', 'h2', 'english')",
+                     (conn.execute("SELECT id FROM documents").fetchone()[0],))
+        assert conn.execute("SELECT context FROM passages WHERE ordinal = 1").fetchone()[0] == "Moby-Dick; or, The Whale"
