@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO))
 from serving.db import Database  # noqa: E402
 from serving.embedding import embed_text_for_passage, load_embedder  # noqa: E402
 from serving.lexemes import refresh_lexeme_df  # noqa: E402
-from serving.runtime import limit_torch_threads  # noqa: E402
+from serving.threads import limit_torch_threads  # noqa: E402
 from serving.search import SearchConfig, search  # noqa: E402
 from serving.search.filters import passage_predicate  # noqa: E402
 from serving.search.types import SearchFilters  # noqa: E402

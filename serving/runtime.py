@@ -5,8 +5,6 @@ both go through `Library`, so they cannot disagree about configuration."""
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +17,7 @@ from serving.db import Database
 from serving.embedding import Embedder, load_embedder
 from serving.migration import load_active_embedder
 from serving.settings import Settings
+from serving.threads import limit_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -30,24 +29,6 @@ POOL_TIMEOUT_S = 5.0
 # 5.7 s after the server was back. Giving a retry series up after 2 s makes the
 # next call start a fresh one at once; measured recovery then ~1 s (test_crash.py).
 RECONNECT_TIMEOUT_S = 2.0
-
-
-def limit_torch_threads() -> None:
-    """A serving process embeds one short query at a time; torch's intra-op threads buy
-    nothing there and hurt badly when the cores are busy. Measured on the 2-core box
-    with other work running: one MiniLM query took 726 ms p50 with 2 threads, 17.6 ms
-    with 1. LIBRARY_TORCH_THREADS overrides (0 = leave torch's default)."""
-    raw = os.environ.get("LIBRARY_TORCH_THREADS", "1").strip() or "1"
-    try:
-        threads = int(raw)
-    except ValueError:
-        log.warning("LIBRARY_TORCH_THREADS=%r is not an integer; using 1", raw)
-        threads = 1
-    if threads <= 0 or "torch" not in sys.modules:
-        return
-    import torch
-
-    torch.set_num_threads(threads)
 
 
 class Library:

@@ -31,6 +31,7 @@ from psycopg.types.json import Jsonb
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 from serving.memory.chunk import chunk_memory
 from serving.search.filters import visibility
+from serving.threads import wide_threads
 from serving.search.types import MAX_TOP_K, SCOPES, SearchConfig, SearchError, SearchFilters, Viewer
 
 log = logging.getLogger(__name__)
@@ -287,7 +288,8 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
             raise MemoryError(f"content makes {len(chunks)} passages; the limit is {MAX_CHUNKS}")
         timings["chunk"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
-        vectors = embedder.encode_passages([embed_text_for_passage(mtype, None, c) for c in chunks])
+        with wide_threads(len(chunks)):
+            vectors = embedder.encode_passages([embed_text_for_passage(mtype, None, c) for c in chunks])
         timings["embed"] = (time.perf_counter() - t) * 1000
         _ensure_indexes(conn, embedder)
     write_started = time.perf_counter()

@@ -1,0 +1,79 @@
+"""How many intra-op threads torch may use in a serving process.
+
+Two measurements on the 2-core box pull in opposite directions:
+
+- a short query with the cores busy (an ingest beside the server): one MiniLM query
+  took 726 ms p50 with 2 threads, 17.6 ms with 1. So a serving process runs torch on
+  one thread (`limit_torch_threads`, LIBRARY_TORCH_THREADS overrides).
+- a long memory artifact on an otherwise idle box (benchmarks/memory.py, 2,000 tokens =
+  9 windows, 100k memories stored, 40 runs): index p50 / p95 259 / 275 ms with 1 thread,
+  165 / 188 ms with 2 (embedding 235 -> 142 ms p50).
+
+So one thread by default, and all cores for a batch of several windows while the
+1-minute load average says the cores are free (`wide_threads`). Load average lags a
+busy spell by up to a minute; a wide batch that starts just as an ingest does costs
+that batch some time, never correctness.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+WIDE_MIN_TEXTS = 3     # a single query or a short memory stays on one thread
+_wide_lock = threading.Lock()
+
+
+def _configured() -> int:
+    raw = os.environ.get("LIBRARY_TORCH_THREADS", "1").strip() or "1"
+    try:
+        return int(raw)
+    except ValueError:
+        log.warning("LIBRARY_TORCH_THREADS=%r is not an integer; using 1", raw)
+        return 1
+
+
+def limit_torch_threads() -> None:
+    """One intra-op thread for this process (see the module docstring);
+    LIBRARY_TORCH_THREADS overrides (0 = leave torch's default)."""
+    threads = _configured()
+    if threads <= 0 or "torch" not in sys.modules:
+        return
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _cores_free(cores: int) -> bool:
+    try:
+        return os.getloadavg()[0] < cores - 0.5
+    except OSError:  # no load average on this platform
+        return False
+
+
+@contextmanager
+def wide_threads(n_texts: int) -> Iterator[None]:
+    """All cores for the duration of one multi-window embedding batch, when the
+    process was limited to one thread and the cores are free; otherwise nothing.
+    Wide batches run one at a time (they would only compete for the same cores)."""
+    cores = os.cpu_count() or 1
+    if n_texts < WIDE_MIN_TEXTS or cores < 2 or _configured() != 1 or "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    with _wide_lock:
+        if torch.get_num_threads() != 1 or not _cores_free(cores):
+            yield
+            return
+        torch.set_num_threads(cores)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(1)
