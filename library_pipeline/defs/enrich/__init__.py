@@ -15,7 +15,7 @@ enrich_job = dg.define_asset_job(
     "enrich_files", selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_TAGS,
     description="RAPTOR trees (unchanged files skip) and a budgeted knowledge-graph pass over library files.")
 
-NIGHTLY_BUDGET = 5000  # passages per night: ~2.5 min of English extraction idle, ~10 min loaded (docs/enrichment.md)
+NIGHTLY_BUDGET = 5000  # passages per night: ~1 min of English extraction idle, ~2.5 min loaded (docs/enrichment.md)
 
 
 # Running by default: summaries and the graph appear without an operator's step, one
