@@ -5,7 +5,9 @@ embedder, and the third-party test material in ../shared/data."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+import sys
 import shutil
 import tempfile
 import uuid
@@ -20,6 +22,18 @@ from serving.settings import Settings
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("LIBRARY_SHARED_DATA", REPO.parent / "shared" / "data"))
 SAMPLE_LIBRARY = REPO / "examples" / "library"
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (they are scripts, not a package): the
+    reliability tests run the same scenarios the benchmarks measure, shorter."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,36 +4,25 @@ serving side's behaviour while Postgres restarts under a search load."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 import threading
 import time
-from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from library_pipeline_tests.conftest import load_benchmark
 from library_pipeline_tests.ingest_helpers import ingest, write
 from serving.db import Database
 from serving.runtime import Library
 from serving.settings import Settings
 
-REPO = Path(__file__).resolve().parent.parent
 log = logging.getLogger(__name__)
-
-
-def _crash_module():
-    spec = importlib.util.spec_from_file_location("crash", REPO / "benchmarks" / "crash.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["crash"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow  # ~2 min: 25 forked ingest runs; still run by default
 def test_sigkill_at_20_points_then_rerun(server_db, tmp_path):
-    crash = _crash_module()
+    crash = load_benchmark("crash")
     # kills chain, with a checked clean rerun after every 4th (benchmarks/crash.py
     # reruns after each: 40 ingest runs took 145 s here, too long for the suite)
     report = crash.run_scenario(server_db, tmp_path, points=20, files=3, rerun_every=4)

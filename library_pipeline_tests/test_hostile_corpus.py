@@ -6,14 +6,13 @@ out of the library folder, and the process's peak RSS stays bounded."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from library_pipeline_tests.conftest import load_benchmark
 from library_pipeline_tests.ingest_helpers import doc_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,16 +24,8 @@ log = logging.getLogger(__name__)
 MAX_RSS_GROWTH_MB = 400
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-hostile = _load("hostile_corpus")
-crash = _load("crash")
+hostile = load_benchmark("hostile_corpus")
+crash = load_benchmark("crash")
 
 
 def _passage_checksums(db) -> dict[int, tuple]:

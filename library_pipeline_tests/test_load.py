@@ -6,29 +6,18 @@ no pool timeouts, no internal errors."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
-from pathlib import Path
 
 import dagster as dg
 
+from library_pipeline_tests.conftest import load_benchmark
 from library_pipeline_tests.ingest_helpers import ingest
 
-REPO = Path(__file__).resolve().parent.parent
 log = logging.getLogger(__name__)
 
 
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_20_mcp_clients_under_ingest_and_upkeep(make_db, tmp_path):
-    load, crash = _module("load"), _module("crash")
+    load, crash = load_benchmark("load"), load_benchmark("crash")
     library = tmp_path / "library"
     db = make_db(library)
     crash.write_small_library(library, files=4)
