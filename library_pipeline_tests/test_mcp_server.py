@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from library_pipeline_tests.http_helpers import mcp_http_server
 from library_pipeline_tests.search_fixtures import corpus  # noqa: F401  (fixture)
 from serving.mcp_server import BearerAuth, build_server, http_app, is_loopback
 from serving.runtime import Library
@@ -103,29 +102,10 @@ def test_stdio_server_with_the_real_client(corpus, tmp_path):
     asyncio.run(run())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_http_server_with_bearer_token(corpus, tmp_path):
-    port, token = _free_port(), "s3cret-token-for-tests"
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "serving.mcp_server", "--http", "--port", str(port)],
-                            env={**os.environ, **_env(corpus, tmp_path, LIBRARY_MCP_TOKEN=token)},
-                            cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "HTTP server did not start"
-                time.sleep(0.3)
+    token = "s3cret-token-for-tests"
+    env = {**os.environ, **_env(corpus, tmp_path, LIBRARY_MCP_TOKEN=token)}
+    with mcp_http_server(env, tmp_path / "server.log") as url:
         init = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         assert httpx.post(url, json=init, timeout=10).status_code == 401
         wrong = httpx.post(url, json=init, headers={"Authorization": "Bearer nope"}, timeout=10)
@@ -138,14 +118,6 @@ def test_http_server_with_bearer_token(corpus, tmp_path):
                 await exercise(client)
 
         asyncio.run(run())
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
 
 
 def test_wider_binding_requires_a_token(corpus, monkeypatch):

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -22,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from library_pipeline_tests.search_fixtures import create_database
-from library_pipeline_tests.test_mcp_server import _free_port
+from library_pipeline_tests.http_helpers import mcp_http_server
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENS = {"A": "token-scout-marketing-1", "A2": "token-analyst-marketing-2", "B": "token-ops-operations-3"}
@@ -129,22 +127,8 @@ async def isolation(clients: dict) -> dict:
 def test_two_agents_over_http_cannot_see_each_others_memories(mdb, tmp_path):
     ident = tmp_path / "identities.toml"
     ident.write_text(IDENTITIES)
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "serving.mcp_server", "--http", "--port", str(port)],
-                            env=_env(mdb, tmp_path, LIBRARY_IDENTITIES=str(ident)), cwd=str(REPO),
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                r = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=2)
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "HTTP server did not start"
-                time.sleep(0.3)
+    with mcp_http_server(_env(mdb, tmp_path, LIBRARY_IDENTITIES=str(ident)), tmp_path / "server.log") as url:
+        r = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
         assert r.status_code == 401
         unknown = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                              headers={"Authorization": "Bearer token-nobody-knows"}, timeout=10)
@@ -163,14 +147,6 @@ def test_two_agents_over_http_cannot_see_each_others_memories(mdb, tmp_path):
                 return await isolation(clients)
 
         asyncio.run(run())
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
 
 
 def test_stdio_identity_comes_from_the_environment(mdb, tmp_path):

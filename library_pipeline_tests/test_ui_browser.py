@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from pathlib import Path
 import pytest
 
 from library_pipeline.defs.ingest.partitions import partition_key_for
+from library_pipeline_tests.http_helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "docs" / "screenshots"
@@ -73,12 +73,6 @@ pytestmark = [
     pytest.mark.skipif(sync_playwright is None,
                        reason="playwright is not installed (pip install -e '.[test]')"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _http_ok(url: str) -> bool:
@@ -117,7 +111,7 @@ def ui_url():
     library.mkdir()
     for name in LIBRARY_FILES:
         shutil.copy2(REPO / "examples" / "library" / name, library / name)
-    port, mcp_port = _free_port(), _free_port()
+    port, mcp_port = free_port(), free_port()
     env = dict(os.environ, LIBRARY_HOME=str(home), LIBRARY_DIR=str(library), HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
     for key in ("DAGSTER_HOME", "LIBRARY_DB_DSN", "LIBRARY_DAGSTER_DSN"):
