@@ -27,6 +27,15 @@ log = logging.getLogger(__name__)
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+def refresh_lexeme_statistics(instance: dg.DagsterInstance, library_db: LibraryDatabase, *,
+                              reason: str) -> str | None:
+    """Materialize `lexeme_df` (the keyword lane's corpus statistics) after a run that
+    changed live passages; returns the run id if that run failed."""
+    result = dg.materialize([lexeme_df], instance=instance, resources={"library_db": library_db},
+                            tags={"library/reason": reason}, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
+    return None if result.success else result.run_id
+
+
 class _ProgressHandler(logging.Handler):
     def __init__(self, bar: tqdm) -> None:
         super().__init__(logging.INFO)
@@ -117,10 +126,9 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
     runs = len(spans)
     if spans or removed:
         runs += 1
-        result = dg.materialize([lexeme_df], instance=instance, resources={"library_db": resources["library_db"]},
-                                tags={"library/reason": "cli"}, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
-        if not result.success:
-            failed_runs.append(result.run_id)
+        failed = refresh_lexeme_statistics(instance, resources["library_db"], reason="cli")
+        if failed:
+            failed_runs.append(failed)
 
     with db.connect() as conn:
         rows = conn.execute(

@@ -6,7 +6,7 @@ launches the runs itself: this module plans the sync exactly as the sensor
 does, registers the partitions and materializes `vault_note_sections`
 in-process, recorded in the shared Dagster instance (the runs show in the
 UI). The sensor's next tick sees the sync in `vault_syncs` and does not
-index the same push again. A transaction-level advisory lock serialises
+index the same push again. A session-level advisory lock serialises
 concurrent hooks (two quick pushes): the second waits and then diffs from
 where the first ended.
 """
@@ -19,11 +19,10 @@ import time
 import dagster as dg
 
 from library_pipeline.dagster_home import prepare_dagster_home
-from library_pipeline.defs.ingest.lexemes import lexeme_df
 from library_pipeline.defs.vault.assets import vault_note_sections
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
-from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, contiguous_spans
+from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, contiguous_spans, refresh_lexeme_statistics
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.vault.sync import apply_plan, plan_sync, set_runs, synced_commit
 from serving.db import Database
@@ -74,10 +73,9 @@ def run_sync(db: Database, vault: VaultResource, *, full: bool = False, trigger:
                 failed_runs.append(result.run_id)
         if spans or applied.removed:
             # vault sections are keyword-searchable: their terms belong in the corpus statistics
-            result = dg.materialize([lexeme_df], instance=instance, resources={"library_db": resources["library_db"]},
-                                    tags={"library/reason": trigger}, run_config=run_config, raise_on_error=False)
-            if not result.success:
-                failed_runs.append(result.run_id)
+            failed = refresh_lexeme_statistics(instance, resources["library_db"], reason=trigger)
+            if failed:
+                failed_runs.append(failed)
     finally:
         lock.execute("SELECT pg_advisory_unlock(%s)", (SYNC_LOCK_ID,))
         lock.close()
