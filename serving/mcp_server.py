@@ -76,9 +76,10 @@ include_removed / include_superseded / include_archived (default false).
 Each result: source, path, title, location (page / section), kind ("toc" = a table
 of contents), score, lanes, text. `lanes` says which lanes found it and at what rank,
 e.g. {{"title": 1, "vector": 3}}: a "title" hit means the document's name matches
-your query. Scores rank results within ONE response only: with score_kind "rrf" they
-are fusion scores (about 0.016 per lane that ranked it first; 0.03-0.05 is a strong
-multi-lane hit); with "cross-encoder" they are relevance probabilities. A score is
+your query. Scores rank results within ONE response only: with score_kind "convex"
+each lane adds up to its weight (1 from the meaning and the keyword lane's best hit,
+up to 2 from a title match; about 1.5 or more is a strong hit both lanes rank high);
+with "cross-encoder" they are relevance probabilities. A score is
 never evidence that the library contains something: search always returns its
 closest guesses, even for works that are absent. To prove a work is NOT here, call
 library_files and get matched = 0.

@@ -46,6 +46,7 @@ def standard_configs(reranker_available: bool | None = None) -> dict[str, Search
         "vector": SearchConfig.only("vector", **base),
         "keyword": SearchConfig.only("keyword", **base),
         "fused-no-title": SearchConfig(title=False, rerank=False, label="fused-no-title", **base),
+        "fused-rrf": SearchConfig(fusion="rrf", rerank=False, label="fused-rrf", **base),
         "fused": SearchConfig(rerank=False, label="fused", **base),
     }
     if reranker_available is None:
@@ -55,7 +56,8 @@ def standard_configs(reranker_available: bool | None = None) -> dict[str, Search
     return configs
 
 
-CONFIG_HELP = ("vector, keyword, fused-no-title (title lane off), fused (all lanes, the default), "
+CONFIG_HELP = ("vector, keyword, fused-no-title (title lane off), fused-rrf (rank fusion instead of "
+               "score fusion), fused (all lanes, the default), "
                "fused+rerank (needs LIBRARY_RERANKER)")
 
 

@@ -1,7 +1,7 @@
 """search(): the one function agents (MCP), the CLI and the evaluation harness call.
 
 Stage one runs the lanes (vector, keyword, title, structure) and fuses them
-with weighted RRF; stage two reranks the entire fused pool with a
+(a weighted sum of normalised lane scores, serving/search/fusion.py); stage two reranks the entire fused pool with a
 cross-encoder when one is configured. Summaries (RAPTOR rows) are ranked in
 their own lane and returned beside the passages: compared head to head, the
 reference system's cross-encoder ranked every passage above every summary
@@ -27,7 +27,7 @@ from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
 from serving.search import health
 from serving.search.doclanes import structure_lane, title_lane
 from serving.search.filters import passage_predicate, resolve_paths
-from serving.search.fusion import Fused, weighted_rrf
+from serving.search.fusion import Fused, convex_fusion, weighted_rrf
 from serving.search.keyword import corpus_configs, keyword_lane, query_lexemes
 from serving.search.lanes import LaneHits
 from serving.search.query import normalise_query, validate_top_k
@@ -64,12 +64,12 @@ def _hydrate(conn: psycopg.Connection, ids: list[int]) -> dict[int, tuple]:
     return {row[0]: row for row in conn.execute(_HYDRATE, (ids,))}
 
 
-def _result(row: tuple, score: float, lanes: dict[str, int], fused: float = 0.0) -> SearchResult:
+def _result(row: tuple, score: float, lanes: dict[str, int], fused: Fused | None = None) -> SearchResult:
     pid, doc_id, path, title, source, kind, level, p1, p2, heading, content = row
     return SearchResult(passage_id=pid, document_id=doc_id, path=path, title=title, source=source,
                         location=location(p1, p2, heading, level), kind=kind, score=score, lanes=lanes,
                         text=content, summary_level=level, page_start=p1, page_end=p2, heading=heading,
-                        fused_score=fused)
+                        fused_score=fused.score if fused else 0.0, lane_scores=dict(fused.parts) if fused else {})
 
 
 def _empty_pool_reason(conn: psycopg.Connection, model: str, predicate=None) -> str | None:
@@ -100,7 +100,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
     filters = filters.validated()
     if reranker is None and cfg.rerank:
         reranker = default_reranker()
-    resp = SearchResponse(query=text, results=[], warnings=warnings, config_label=cfg.label)
+    resp = SearchResponse(query=text, results=[], warnings=warnings, config_label=cfg.label, score_kind=cfg.fusion)
     stages, timings = resp.stages, resp.timings
     health.ensure_serving_tables(conn)
 
@@ -160,9 +160,14 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             timings[hits.name] = hits.ms
 
         t = time.perf_counter()
-        fused = weighted_rrf(lanes, cfg.rrf_k)
+        if cfg.fusion == "rrf":
+            fused = weighted_rrf(lanes, cfg.rrf_k)
+            stages["fusion"] = f"ok: weighted RRF (k={cfg.rrf_k}) over {len(fused)} candidates"
+        else:
+            fused = convex_fusion(lanes, cfg.rrf_k, {"vector": cfg.vector_depth, "keyword": cfg.keyword_depth})
+            stages["fusion"] = (f"ok: weighted sum of min-max normalised lane scores (ranked lanes: "
+                                f"(k+1)/(k+rank), k={cfg.rrf_k}) over {len(fused)} candidates")
         timings["fusion"] = _ms(t)
-        stages["fusion"] = f"ok: weighted RRF (k={cfg.rrf_k}) over {len(fused)} candidates"
         resp.pool_size = len(fused)
 
         summaries = None
@@ -214,7 +219,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
     else:
         stages["rerank"] = "skipped: fewer than 2 candidates"
 
-    resp.results = [_result(rows[f.id], score, f.lanes, f.score) for f, score in ordered if f.id in rows][:k]
+    resp.results = [_result(rows[f.id], score, f.lanes, f) for f, score in ordered if f.id in rows][:k]
     if summaries:
         resp.summaries = [_result(rows[pid], s, {"summaries": i})
                           for i, (pid, s) in enumerate(zip(summaries.ids, summaries.scores), start=1)

@@ -13,6 +13,10 @@ class LaneHits:
     doc_ids: list[int | None] = field(default_factory=list)  # document of each hit (title lane picks by it)
     status: str = "ok"
     ms: float = 0.0
+    # scores grade the evidence (cosine similarity, BM25), so fusion may use their
+    # spread and not only their order; the title and structure lanes' scores are
+    # match counts, ranked only
+    graded: bool = False
 
     def __len__(self) -> int:
         return len(self.ids)

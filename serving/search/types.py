@@ -151,7 +151,8 @@ def _document_id(value: Any) -> int:
 class SearchConfig:
     """Lane switches and weights. Defaults are the reference system's figures
     (title lane weight 2.0, <= 6 keyword terms, noise above 10%) except where a
-    measurement on SciFact TRAIN moved them (rrf_k, bm25_b: see their comments)."""
+    measurement on SciFact TRAIN moved them (rrf_k, fusion, bm25_b, the keyword pool
+    and context: see their comments)."""
 
     vector: bool = True
     keyword: bool = True
@@ -165,6 +166,10 @@ class SearchConfig:
     # 20 0.7147 (+0.0068 +- 0.0018 paired). Rank-1 ties keep their structure at any k
     # (title 2/(k+1) = vector + keyword rank 1), so the title weight stands.
     rrf_k: int = 20
+    # "convex": weighted sum of min-max normalised lane scores (measured against RRF in
+    # serving/search/fusion.py); "rrf": weighted reciprocal rank fusion. Under convex, rrf_k
+    # still shapes the ranked lanes (title, structure): (k + 1) / (k + rank).
+    fusion: str = "convex"
     vector_weight: float = 1.0
     keyword_weight: float = 1.0
     # with k = 60 every lane's rank 1 scores 1/61: an exact title match tied an
@@ -188,6 +193,10 @@ class SearchConfig:
     keyword_noise_ratio: float = 0.10
     keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
     keyword_max_matches: int = 5000  # BM25 is computed over at most this many matched rows
+    keyword_pool: int = 1000        # the ladder fills this many passages before BM25 ranks them (keyword.py)
+    keyword_rescore: int = 200      # this many, best by their own BM25, are rescored with their context
+    keyword_context: int = 1        # neighbours each side a passage is read with (0: off)
+    keyword_context_weight: float = 0.5  # neighbours' words count half (measurements: keyword.py)
     title_min_terms: int = 2
     # Known-item detector: the title lane fires only for names holding >= 2/3 of the
     # query's lexemes ("adventures of sherlock holmes", "<title> <author>"), not for a
@@ -208,6 +217,10 @@ class SearchConfig:
     bm25_b: float = 0.5
     log_queries: bool = True        # the real-query eval set is built from these logs
     label: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.fusion not in ("convex", "rrf"):
+            raise ValueError(f"unknown fusion {self.fusion!r}: use 'convex' or 'rrf'")
 
     @classmethod
     def only(cls, *lanes: str, **overrides: Any) -> SearchConfig:
@@ -237,6 +250,7 @@ class SearchResult:
     page_end: int | None = None
     heading: str | None = None
     fused_score: float = 0.0
+    lane_scores: dict[str, float] = field(default_factory=dict)  # lane -> its share of the fused score
 
     def to_dict(self) -> dict[str, Any]:
         """The shape the MCP tool and `library search --json` return."""
@@ -258,7 +272,7 @@ class SearchResponse:
     query: str
     results: list[SearchResult]
     summaries: list[SearchResult] = field(default_factory=list)
-    score_kind: str = "rrf"                             # 'rrf' | 'cross-encoder'
+    score_kind: str = "convex"                          # 'convex' | 'rrf' (SearchConfig.fusion) | 'cross-encoder'
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "ok: ..." / "skipped: ..." / "off"
     timings: dict[str, float] = field(default_factory=dict)  # stage -> milliseconds
     warnings: list[str] = field(default_factory=list)

@@ -62,7 +62,8 @@ def vector_lane(conn: psycopg.Connection, model: str, dims: int, qvec: np.ndarra
     params = {**predicate.params, "qvec": HalfVector(np.asarray(qvec, dtype=np.float32)), "k": int(depth)}
     rows = conn.execute(query, params).fetchall()
     rows.sort(key=lambda r: (r[2], r[0]))  # relaxed_order: restore exact distance order
-    hits = LaneHits(name, [r[0] for r in rows], [1.0 - float(r[2]) for r in rows], [r[1] for r in rows])
+    hits = LaneHits(name, [r[0] for r in rows], [1.0 - float(r[2]) for r in rows], [r[1] for r in rows],
+                    graded=True)
     hits.ms = (time.perf_counter() - started) * 1000
     how = "exact scan" if exact else "HNSW"
     hits.status = f"ok: {len(hits)} nearest ({how})" if rows else "empty: no embedded rows match"
