@@ -25,62 +25,12 @@ from serving.embedding import load_embedder
 from serving.search import SearchConfig
 
 
-# -- experimental keyword-lane variants (monkeypatched into serving.search.engine for
-# exploration only; a variant that wins on train is then made in serving/search and
-# re-measured through the unpatched code before any figure is reported)
-EXPERIMENT: dict = {"fill": False, "all_terms": False}
-
-
-def patched_keyword_lane(conn, lexemes, stats, predicate, cfg):
-    from serving.search import keyword as kwmod
-    from serving.search.lanes import LaneHits
-
-    started = time.perf_counter()
-    trace: list[dict] = []
-    scored = []
-    for plan in kwmod._plan(conn, lexemes, stats, cfg, trace):
-        if EXPERIMENT["all_terms"]:
-            usable = [t for t in lexemes[plan.config.name] if t in plan.df and t not in plan.noise
-                      and t not in plan.absent]
-            plan.scoring = sorted(set(usable) | set(plan.scoring))
-        matched: dict = {}
-        terms, cap = plan.selected, cfg.keyword_max_matches
-        for need in range(len(terms), 0, -1):
-            if need > 1 or len(terms) == 1:
-                found = kwmod._match(conn, plan, kwmod.any_of(terms, need), predicate, cap)
-                for pid, entry in found.items():
-                    matched.setdefault(pid, entry)
-            else:
-                share = max(cap // len(terms), 1)
-                for term in terms:
-                    for pid, entry in kwmod._match(conn, plan, kwmod.and_query([term]), predicate, share).items():
-                        matched.setdefault(pid, entry)
-            if matched and (not EXPERIMENT["fill"] or len(matched) >= cfg.keyword_depth):
-                break
-        if not matched:
-            continue
-        n = plan.config.passages or kwmod._estimated_passages(conn)
-        avgdl = plan.config.avg_length or (sum(v[1] for v in matched.values()) / len(matched))
-        for pid, (doc_id, dl, tf) in matched.items():
-            scored.append((kwmod.bm25(tf, dl, plan.df, n, avgdl, cfg.bm25_k1, cfg.bm25_b), pid, doc_id))
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    scored = scored[: cfg.keyword_depth]
-    hits = LaneHits("keyword", [s[1] for s in scored], [s[0] for s in scored])
-    hits.doc_ids = [s[2] for s in scored]
-    hits.ms = (time.perf_counter() - started) * 1000
-    hits.status = "ok: patched"
-    return hits, trace
-
-
 def parse_variant(spec: str) -> tuple[str, dict]:
     name, _, rest = spec.partition("=")
     overrides = {}
     fields = {f.name: f for f in dataclasses.fields(SearchConfig)}
     for part in filter(None, rest.split(",")):
         key, _, value = part.partition("=")
-        if key.startswith("x_"):   # experiment switch, e.g. x_fill=1
-            overrides[key] = value.lower() in ("1", "true", "yes")
-            continue
         kind = type(getattr(SearchConfig(), key))
         overrides[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
         assert key in fields
@@ -109,11 +59,6 @@ def main() -> None:
         with db.connect() as conn:
             for spec in args.variant or ["default="]:
                 name, overrides = parse_variant(spec)
-                xs = {k[2:]: overrides.pop(k) for k in list(overrides) if k.startswith("x_")}
-                import serving.search.engine as engine
-                from serving.search.keyword import keyword_lane as shipped
-                EXPERIMENT.update({"fill": False, "all_terms": False, **xs})
-                engine.keyword_lane = patched_keyword_lane if xs else shipped
                 cfg = dataclasses.replace(SearchConfig(rerank=False, summaries=False, log_queries=False),
                                           label=f"tune-{name}", **overrides)
                 t = time.perf_counter()

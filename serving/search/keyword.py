@@ -33,9 +33,8 @@ that Postgres itself produced, each quoted as a tsquery literal, so `!&|:*()<->`
 in a query are just punctuation the parser discards.
 
 Ranking is BM25 (k1 = 1.2, b = 0.5: SearchConfig.bm25_b) over the matched
-set, each passage read with its neighbours (`_context_scores`), from the
-tsvectors' term frequencies (`unnest(tsv)` positions), the lexeme_df document
-frequencies and the passage length. Length is `length(tsv)` - distinct
+set, from the tsvectors' term frequencies (`unnest(tsv)` positions), the
+lexeme_df document frequencies and the passage length. Length is `length(tsv)` - distinct
 lexemes - the same measure `lexeme_df_totals.avg_length` averages. ts_rank
 has no corpus IDF, so a rare term and a common one weigh the same in it.
 """
@@ -45,6 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -181,17 +181,20 @@ def any_of(terms: list[str], need: int) -> str:
 
 
 def _match(conn: psycopg.Connection, plan: _Plan, tsquery: str, predicate: Predicate,
-           cap: int) -> dict[int, tuple[int | None, int, dict[str, int]]]:
-    """passage id -> (document id, length, {lexeme: tf}) for passages matching `tsquery`."""
+           cap: int, seen: Iterable[int] = ()) -> dict[int, tuple[int | None, int, dict[str, int]]]:
+    """passage id -> (document id, length, {lexeme: tf}) for at most `cap` passages
+    matching `tsquery`, none of them in `seen` (a looser rung matches everything the
+    stricter ones did: fetching those again would spend the cap on known rows)."""
     query = sql.SQL(
         "SELECT m.id, m.document_id, m.dl, u.lexeme, coalesce(array_length(u.positions, 1), 1) "
         "FROM (SELECT p.id, p.document_id, p.tsv, length(p.tsv) AS dl FROM passages p "
         "      WHERE p.ts_config = %(cfg)s::regconfig AND p.summary_level = 0 "
-        "        AND p.tsv @@ %(tsq)s::tsquery AND {pred} LIMIT %(cap)s) m "
+        "        AND p.tsv @@ %(tsq)s::tsquery AND p.id <> ALL(%(seen)s::bigint[]) AND {pred} "
+        "      LIMIT %(cap)s) m "
         "CROSS JOIN LATERAL unnest(m.tsv) AS u WHERE u.lexeme = ANY(%(scoring)s)"
     ).format(pred=predicate.clause)
     params = {**predicate.params, "cfg": plan.config.name, "tsq": tsquery, "cap": int(cap),
-              "scoring": plan.scoring}
+              "scoring": plan.scoring, "seen": list(seen)}
     out: dict[int, tuple[int | None, int, dict[str, int]]] = {}
     for pid, doc_id, dl, lexeme, tf in conn.execute(query, params):
         entry = out.setdefault(pid, (doc_id, int(dl), {}))
@@ -215,64 +218,6 @@ def _estimated_passages(conn: psycopg.Connection) -> int:
     return max(int(row[0]) if row and row[0] and row[0] > 0 else 1000, 1)
 
 
-_CONTEXT = sql.SQL("""
-WITH nb AS (
-    SELECT c.id, q.tsv
-    FROM unnest(%(ids)s::bigint[]) AS c(id)
-    JOIN passages p ON p.id = c.id
-    JOIN passages q ON q.document_id = p.document_id AND q.source = p.source AND q.ts_config = p.ts_config
-     AND q.heading IS NOT DISTINCT FROM p.heading AND q.summary_level = 0
-     AND q.ordinal BETWEEN p.ordinal - %(w)s AND p.ordinal + %(w)s AND q.id <> p.id
-     AND NOT q.removed AND NOT q.superseded AND NOT q.archived)
-SELECT id, NULL, sum(length(tsv)) FROM nb GROUP BY id
-UNION ALL
-SELECT nb.id, u.lexeme, sum(coalesce(array_length(u.positions, 1), 1))
-FROM nb CROSS JOIN LATERAL unnest(nb.tsv) AS u WHERE u.lexeme = ANY(%(scoring)s) GROUP BY nb.id, u.lexeme
-""")
-
-
-def _context_scores(conn: psycopg.Connection, plan: _Plan, ranked: list[tuple[float, int, int | None]],
-                    matched: dict[int, tuple[int | None, int, dict[str, int]]], n: int, avgdl: float,
-                    cfg: SearchConfig) -> list[tuple[float, int, int | None]]:
-    """BM25 of each passage read with its neighbours (same document and heading,
-    `keyword_context` passages each side), whose term frequencies and lengths count
-    `keyword_context_weight` times. A 96-token passage holds a fraction of the words
-    its section uses for the topic; the window gives it credit for the rest.
-
-    Measured (benchmarks/eval_tune.py, SciFact TRAIN; keyword lane alone, nDCG@10,
-    first 400 queries, with the deeper pool): own passage 0.6684; window +-1 at weight
-    1 0.6817, 0.5 0.6799; +-2 0.6800, +-3 0.6767 (wide windows give a whole abstract
-    one score and crowd other documents out of the lane's 50). Rescoring the best 50,
-    200 or 1,000 by their own score moved nothing beyond 0.0003. All 809 queries:
-    weight 1 0.6863, 0.5 0.6840; fused 0.7375 / 0.7364. Weight 0.5 is shipped: within
-    noise on SciFact, and at 1 a Holmes passage that never names him ranked first for
-    "holmes" because both its neighbours do (the ladder test). Neighbours' context
-    (the title) counts with them; counting their content only moved +-1 by -0.0002.
-    For scale, exhaustive BM25 over whole abstracts (a diagnostic, same tsvectors) is
-    0.6945, bm25s 0.6928: passages inside a section are still scored as passages."""
-    ids = [pid for _, pid, _ in ranked]
-    extra_tf: dict[int, dict[str, int]] = {}
-    extra_len: dict[int, int] = {}
-    for pid, lexeme, value in conn.execute(_CONTEXT, {"ids": ids, "w": cfg.keyword_context, "scoring": plan.scoring}):
-        if lexeme is None:
-            extra_len[pid] = int(value)
-        else:
-            extra_tf.setdefault(pid, {})[lexeme] = int(value)
-    g = cfg.keyword_context_weight
-    # average window length: an inner window has 2w neighbours (edge windows are shorter
-    # and so slightly favoured; b = 0.5 keeps that small)
-    window_avgdl = avgdl * (1.0 + g * 2 * cfg.keyword_context)
-    out = []
-    for _, pid, doc_id in ranked:
-        _, dl, tf = matched[pid]
-        window = dict(tf)
-        for lexeme, freq in extra_tf.get(pid, {}).items():
-            window[lexeme] = window.get(lexeme, 0) + g * freq
-        score = bm25(window, dl + g * extra_len.get(pid, 0), plan.df, n, window_avgdl, cfg.bm25_k1, cfg.bm25_b)
-        out.append((score, pid, doc_id))
-    return out
-
-
 def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],
                  predicate: Predicate, cfg: SearchConfig) -> tuple[LaneHits, list[dict]]:
     started = time.perf_counter()
@@ -281,20 +226,20 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
     pool = max(cfg.keyword_pool, cfg.keyword_depth)
     for plan in _plan(conn, lexemes, stats, cfg, trace, predicate):
         matched: dict = {}
-        terms, cap = plan.selected, cfg.keyword_max_matches
+        terms = plan.selected
         for need in range(len(terms), 0, -1):   # the relaxation ladder
             if need > 1 or len(terms) == 1:
-                found = _match(conn, plan, any_of(terms, need), predicate, cap)
-                capped = len(found) >= cap
-                for pid, entry in found.items():
-                    matched.setdefault(pid, entry)
-            else:  # each term alone, rarest first, each with its share of the cap
-                share, capped = max(cap // len(terms), 1), False
-                for term in terms:
-                    found = _match(conn, plan, and_query([term]), predicate, share)
+                limit = pool - len(matched)
+                found = _match(conn, plan, any_of(terms, need), predicate, limit, matched)
+                capped = len(found) >= limit
+                matched.update(found)
+            else:  # each term alone, rarest first, each with its share of the room left
+                capped = False
+                for i, term in enumerate(terms):
+                    share = max((pool - len(matched)) // (len(terms) - i), 1)
+                    found = _match(conn, plan, and_query([term]), predicate, share, matched)
                     capped |= len(found) >= share
-                    for pid, entry in found.items():
-                        matched.setdefault(pid, entry)
+                    matched.update(found)
             trace.append({"config": plan.config.name, "terms": terms, "need": need, "matched": len(matched),
                           "capped": capped, "noise": plan.noise, "absent": plan.absent})
             # Fill, don't stop at the first rung that matches anything: BM25 ranks the
@@ -307,21 +252,31 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
             #   fill to 50 passages, never to single terms      0.6471 / 0.791
             #     once a stricter rung matched (the old rule; all 809: 0.6512)
             #   fill to 1,000, same single-term rule            0.6577 / 0.830
-            #   fill to 1,000, single terms allowed (this)      0.6684 / 0.873
+            #   fill to 1,000, single terms allowed             0.6684 / 0.873
             # (those three with the title in the tsvector, b = 0.5.) A 2-of-3 match still
             # outranks single terms through BM25's idf, which the ladder test holds.
+            # Pool size (all 809 train queries; keyword alone / fused): 300 0.6670 /
+            # 0.7351, 150 0.6689 / 0.7347, 50 0.6490 / 0.7208 (fused -0.0139 +- 0.0038).
+            # Each rung fetches only rows no stricter rung returned, up to the room left,
+            # so the pool bounds the rows unnested: on the 1M-passage benchmark
+            # (benchmarks/search.py, idle box, warm) the lane's p50 is 19.9 ms at 150 and
+            # was 44.9 at 300, 94 at 1,000; the old code (pool 50, but a 5,000-row cap per
+            # rung) 25.3 ms, p95 283 ms (now 63.8).
             if len(matched) >= pool:
                 break
         if not matched:
             continue
         n = plan.config.passages or _estimated_passages(conn)
         avgdl = plan.config.avg_length or (sum(v[1] for v in matched.values()) / len(matched))
-        ranked = sorted(((bm25(tf, dl, plan.df, n, avgdl, cfg.bm25_k1, cfg.bm25_b), pid, doc_id)
-                         for pid, (doc_id, dl, tf) in matched.items()), key=lambda s: (-s[0], s[1]))
-        ranked = ranked[: max(cfg.keyword_rescore, cfg.keyword_depth)]
-        if cfg.keyword_context > 0 and cfg.keyword_context_weight > 0:
-            ranked = _context_scores(conn, plan, ranked, matched, n, avgdl, cfg)
-        scored.extend(ranked)
+        # Tried and dropped: scoring each passage with its neighbours' words too (same
+        # document and heading, +-1 passage at half weight). SciFact TRAIN (809), keyword
+        # lane alone 0.6689 -> 0.6830 (whole abstracts are the judged unit), but fused
+        # 0.7347 -> 0.7353 (+0.0007 +- 0.0031), and on the example library's regression
+        # set it cost the passage-level questions MRR@10 0.796 -> 0.700: the answer's
+        # neighbours share its words and pushed it from rank 1 to 3 (qa-04, qa-05) or out
+        # of the top 10 (qa-06). Agents need the passage, so passages score alone.
+        for pid, (doc_id, dl, tf) in matched.items():
+            scored.append((bm25(tf, dl, plan.df, n, avgdl, cfg.bm25_k1, cfg.bm25_b), pid, doc_id))
     scored.sort(key=lambda s: (-s[0], s[1]))
     scored = scored[: cfg.keyword_depth]
     hits = LaneHits("keyword", [s[1] for s in scored], [s[0] for s in scored], graded=True)

@@ -151,8 +151,8 @@ def _document_id(value: Any) -> int:
 class SearchConfig:
     """Lane switches and weights. Defaults are the reference system's figures
     (title lane weight 2.0, <= 6 keyword terms, noise above 10%) except where a
-    measurement on SciFact TRAIN moved them (rrf_k, fusion, bm25_b, the keyword pool
-    and context: see their comments)."""
+    measurement on SciFact TRAIN moved them (rrf_k, fusion, bm25_b, keyword_pool: see
+    their comments)."""
 
     vector: bool = True
     keyword: bool = True
@@ -192,11 +192,7 @@ class SearchConfig:
     keyword_max_terms: int = 6
     keyword_noise_ratio: float = 0.10
     keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
-    keyword_max_matches: int = 5000  # BM25 is computed over at most this many matched rows
-    keyword_pool: int = 1000        # the ladder fills this many passages before BM25 ranks them (keyword.py)
-    keyword_rescore: int = 200      # this many, best by their own BM25, are rescored with their context
-    keyword_context: int = 1        # neighbours each side a passage is read with (0: off)
-    keyword_context_weight: float = 0.5  # neighbours' words count half (measurements: keyword.py)
+    keyword_pool: int = 150         # the ladder matches at most this many passages; BM25 ranks them (keyword.py)
     title_min_terms: int = 2
     # Known-item detector: the title lane fires only for names holding >= 2/3 of the
     # query's lexemes ("adventures of sherlock holmes", "<title> <author>"), not for a
