@@ -259,9 +259,9 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
             # 0.7351, 150 0.6689 / 0.7347, 50 0.6490 / 0.7208 (fused -0.0139 +- 0.0038).
             # Each rung fetches only rows no stricter rung returned, up to the room left,
             # so the pool bounds the rows unnested: on the 1M-passage benchmark
-            # (benchmarks/search.py, idle box, warm) the lane's p50 is 19.9 ms at 150 and
-            # was 44.9 at 300, 94 at 1,000; the old code (pool 50, but a 5,000-row cap per
-            # rung) 25.3 ms, p95 283 ms (now 63.8).
+            # (benchmarks/search.py, idle box, warm) the lane's p50 is 19.9 ms at 150, 44.9
+            # at 300; 94 at 1,000 before rungs skipped known rows; the old code (pool 50,
+            # a 5,000-row cap per rung) 25.3 ms, p95 283 ms (now 63.8).
             if len(matched) >= pool:
                 break
         if not matched:
