@@ -236,7 +236,10 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
             else:  # each term alone, rarest first, each with its share of the room left
                 capped = False
                 for i, term in enumerate(terms):
-                    share = max((pool - len(matched)) // (len(terms) - i), 1)
+                    room = pool - len(matched)
+                    if room <= 0:   # the pool is a bound, not a target per term
+                        break
+                    share = max(room // (len(terms) - i), 1)
                     found = _match(conn, plan, and_query([term]), predicate, share, matched)
                     capped |= len(found) >= share
                     matched.update(found)
