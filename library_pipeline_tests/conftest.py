@@ -1,6 +1,7 @@
 """Shared fixtures: a real embedded PostgreSQL (pgvector) for the whole
 session, a fresh database per test that needs one, the real bundled
-embedder, and the third-party test material in ../shared/data."""
+embedder, and the third-party test material in library_pipeline_tests/data
+(open licences, provenance in its SOURCES.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from serving.db import Database
 from serving.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("LIBRARY_SHARED_DATA", REPO.parent / "shared" / "data"))
+# In the repository on purpose: a fresh clone runs its tests with nothing beside it.
+TEST_DATA = Path(__file__).resolve().parent / "data"
 SAMPLE_LIBRARY = REPO / "examples" / "library"
 
 
@@ -57,9 +59,7 @@ def _reset_dagster_defs_state_storage():
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"test material not found at {SHARED_DATA} (CI lays ../shared beside the checkout)")
-    return SHARED_DATA
+    return TEST_DATA
 
 
 @pytest.fixture(scope="session")
