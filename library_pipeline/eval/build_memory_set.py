@@ -1,5 +1,7 @@
-"""Builds queries/memory_set.json, the fixed memory eval set, from
-../shared/data/obsidian_vaults (MIT-licensed Quartz docs and kepano vault notes).
+"""Builds queries/memory_set.json, the fixed memory eval set: an English half from
+the Obsidian vaults (MIT-licensed Quartz docs and kepano vault notes) and a Russian
+half from XQuAD's Russian paragraphs and questions (CC BY-SA 4.0), both in the test
+material (library_pipeline_tests/data, provenance in its SOURCES.md).
 
     .venv/bin/python -m library_pipeline.eval.build_memory_set [DATA_DIR]
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "queries" / "memory_set.json"
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "library_pipeline_tests" / "data"
 MAX_CHARS = 900
 SELF = {"comments", "darkmode", "paths", "Brown butter nectarine tart"}
 DEPARTMENT = {"explorer", "i18n", "upcoming features", "making plugins"}
@@ -67,10 +69,17 @@ QUERIES: list[tuple[str, list[str]]] = [
  ("arrange the sections of a page such as header, sidebars and footer", ["layout"]),
 ]
 
+# Russian half: XQuAD articles a00-a14 (5 paragraphs each). Each paragraph is one artifact and
+# its first question the query; the last paragraph of the first three articles belongs to an
+# outsider, so a query's own article holds a record the viewer must never see.
+XQUAD_ARTICLES = tuple(f"a{n:02d}" for n in range(0, 16, 2))
+XQUAD_OUTSIDER = {"a00p04", "a02p04", "a04p04"}
+
 DESCRIPTION = (
-  "Fixed memory-search eval set (issue 10; seed 002 target: precision > 0.7). Artifacts: the opening prose "
+  "Fixed memory-search eval set (the Agent Librarian's target: precision > 0.7). English half "
+  "(queries with lang 'en'). Artifacts: the opening prose "
   "(front matter, code blocks and images stripped, links reduced to their text, <= 900 characters) of "
-  "Quartz documentation notes and two kepano-vault notes from ../shared/data/obsidian_vaults (MIT), one "
+  "Quartz documentation notes and two kepano-vault notes from obsidian_vaults (MIT), one "
   "artifact per note, written by three agents in scopes self / department / global; three more, on the "
   "same topics as three queries, belong to an agent of another department (scope self) and must never be "
   "returned to the viewer. Queries: written by hand from each note's content, one per topic, mostly "
@@ -79,7 +88,11 @@ DESCRIPTION = (
   "topics barely overlap and the set is easier than a real memory store full of near-duplicates and "
   "task logs; the queries were written by someone who had read the artifacts, so some share their "
   "words (favouring the keyword lane); one relevant artifact per query makes precision@R the same as P@1 "
-  "for most queries.")
+  "for most queries. Russian half (lang 'ru'): XQuAD's Russian paragraphs of articles a00-a14 "
+  "(CC BY-SA 4.0), one artifact per paragraph, scopes assigned by paragraph index, the last paragraph of "
+  "the first three articles an outsider's; the query is the paragraph's first XQuAD question, written "
+  "by XQuAD's translators, not by us. Five paragraphs of one article share a topic, so this half is "
+  "harder than the English one: a question's neighbours mention the same people and terms.")
 
 
 def body(path: Path) -> str:
@@ -136,16 +149,46 @@ def build_artifacts(data: Path) -> list[dict[str, Any]]:
     return artifacts
 
 
+def build_russian(data: Path) -> tuple[list[dict[str, Any]], list[tuple[str, list[str]]]]:
+    root = data / "xquad_ru"
+    paragraphs = [json.loads(line) for line in (root / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = {}
+    for line in (root / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        q = json.loads(line)
+        questions[q["_id"]] = q["text"]
+    first_question: dict[str, str] = {}
+    for line in (root / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, doc, _ = line.split("\t")
+        first_question.setdefault(doc, questions[qid])
+    artifacts, queries = [], []
+    for i, p in enumerate(x for x in paragraphs if x["_id"][:3] in XQUAD_ARTICLES):
+        pid, para = p["_id"], int(p["_id"][4:])
+        if pid in XQUAD_OUTSIDER:
+            agent, department, scope = "eval-outsider", "ops", "self"
+        else:
+            scope = "self" if para == 1 else "department" if para == 3 else "global"
+            agent = ("eval-writer" if scope == "self" else "eval-colleague" if scope == "department"
+                     else ("eval-writer" if i % 2 else "eval-colleague"))
+            department = "docs"
+            queries.append((first_question[pid], ["xquad-" + pid]))
+        artifacts.append({"id": "xquad-" + pid, "agent": agent, "department": department, "scope": scope,
+                          "type": "note", "source": f"xquad_ru/corpus.jsonl#{pid}", "content": p["text"]})
+    return artifacts, queries
+
+
 def build(data: Path) -> dict[str, Any]:
-    artifacts = build_artifacts(data)
+    ru_artifacts, ru_queries = build_russian(data)
+    artifacts = build_artifacts(data) + ru_artifacts
     ids = {a["id"] for a in artifacts}
-    for q, rel in QUERIES:
+    halves = [("en", q, rel) for q, rel in QUERIES] + [("ru", q, rel) for q, rel in ru_queries]
+    for _, q, rel in halves:
         missing = [r for r in rel if r not in ids]
         if missing:
             raise ValueError(f"query {q!r} names unknown artifacts {missing}")
-    return {"version": 1, "description": DESCRIPTION, "viewer": {"agent": "eval-writer", "department": "docs"},
+    return {"version": 2, "description": DESCRIPTION, "viewer": {"agent": "eval-writer", "department": "docs"},
             "threshold": {"precision@R": 0.7}, "artifacts": artifacts,
-            "queries": [{"id": f"m{i + 1:02d}", "query": q, "relevant": rel} for i, (q, rel) in enumerate(QUERIES)]}
+            "queries": [{"id": f"m{i + 1:02d}", "lang": lang, "query": q, "relevant": rel}
+                        for i, (lang, q, rel) in enumerate(halves)]}
 
 
 if __name__ == "__main__":

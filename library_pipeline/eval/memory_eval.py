@@ -1,10 +1,14 @@
-"""Memory search precision on a fixed eval set (seed 002: "search precision > 0.7").
+"""Memory search precision on a fixed eval set (the Agent Librarian's target: precision > 0.7).
 
 The set (queries/memory_set.json, built by build_memory_set.py; its `description`
 says how and what it biases) is loaded into its own database - never the live
 memory store - through `index_memory`, the path agents use, and every query is
 run through `search_memory` as the set's viewer, so visibility, dedup and the
 memory search configuration are all part of what is measured.
+
+The set has an English and a Russian half (each query's `lang`): each half is
+scored on its own as well as together, and the check passes only when every half
+clears the threshold, so a good English half cannot hide a broken Russian one.
 
 Metric: precision@R - of the first R records returned, the share that are
 relevant, R being the query's number of relevant artifacts - averaged over the
@@ -78,8 +82,15 @@ class MemoryEvalResult:
     seconds: float = 0.0
 
     @property
+    def halves(self) -> dict[str, float]:
+        """precision@R of each language half ("precision@R en", "precision@R ru", ...)."""
+        prefix = CHECK_METRIC + " "
+        return {k[len(prefix):]: v for k, v in self.metrics.items() if k.startswith(prefix)}
+
+    @property
     def passed(self) -> bool:
-        return not self.leaks and self.metrics[CHECK_METRIC] > self.threshold
+        scores = list(self.halves.values()) or [self.metrics[CHECK_METRIC]]
+        return not self.leaks and min(scores) > self.threshold
 
 
 def score_memory_set(conn: psycopg.Connection, embedder: Embedder, mset: dict[str, Any], *, top_k: int = 5,
@@ -101,17 +112,27 @@ def score_memory_set(conn: psycopg.Connection, embedder: Embedder, mset: dict[st
         r = len(relevant)
         first_hit = next((rank for rank, a in enumerate(got, start=1) if a in relevant), None)
         per_query[q["id"]] = {
-            "query": q["query"], "returned": got,
+            "query": q["query"], "lang": q.get("lang", "en"), "returned": got,
             "precision@R": sum(a in relevant for a in got[:r]) / r,
             "p@1": float(bool(got) and got[0] in relevant),
             "p@5": sum(a in relevant for a in got[:5]) / 5,
             "mrr": 1.0 / first_hit if first_hit else 0.0,
         }
     conn.commit()
-    n = len(per_query)
-    metrics = {m: round(sum(v[m] for v in per_query.values()) / n, 4) for m in ("precision@R", "p@1", "p@5", "mrr")}
+    names = ("precision@R", "p@1", "p@5", "mrr")
+    metrics = _mean(per_query.values(), names)
+    langs = sorted({v["lang"] for v in per_query.values()})
+    if len(langs) > 1:
+        for lang in langs:
+            half = _mean([v for v in per_query.values() if v["lang"] == lang], names)
+            metrics.update({f"{m} {lang}": x for m, x in half.items()})
     return MemoryEvalResult(metrics, float(mset["threshold"][CHECK_METRIC]), per_query, leaks,
                             time.perf_counter() - started)
+
+
+def _mean(rows, names: tuple[str, ...]) -> dict[str, float]:
+    rows = list(rows)
+    return {m: round(sum(v[m] for v in rows) / len(rows), 4) for m in names}
 
 
 def run_memory_eval(base: Database, embedder: Embedder, path: Path | str | None = None) -> MemoryEvalResult:

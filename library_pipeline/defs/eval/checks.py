@@ -122,6 +122,8 @@ def memory_search_precision(config: MemoryPrecisionConfig, library_db: LibraryDa
     metadata["missed queries"] = dg.MetadataValue.md(
         "\n".join(f"- {qid} `{v['query']}` -> {', '.join(v['returned'][:3])}" for qid, v in misses) or "none")
     metadata["seconds"] = round(result.seconds, 2)
-    verdict = (f"{CHECK_METRIC} {result.metrics[CHECK_METRIC]:.3f} vs > {result.threshold}"
+    halves = ", ".join(f"{lang} {v:.3f}" for lang, v in result.halves.items())
+    verdict = (f"{CHECK_METRIC} {result.metrics[CHECK_METRIC]:.3f}" + (f" ({halves})" if halves else "")
+               + f" vs > {result.threshold}"
                + (f"; {len(result.leaks)} records shown to a viewer who may not see them" if result.leaks else ""))
     return dg.AssetCheckResult(passed=result.passed, metadata=metadata, description=verdict)
