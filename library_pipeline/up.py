@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from library_pipeline.dagster_home import prepare_dagster_home
-from serving.db import Database, file_lock, prune_stale_owners
+from serving.db import Database, StartError, file_lock, prune_stale_owners
 from serving.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,18 @@ def _stop_child(name: str, proc: subprocess.Popen, grace: float = 20.0) -> None:
             continue
 
 
+def _check_ports(webserver_port: int, mcp_port: int | None) -> None:
+    """Fail before any work when a port is taken: found later, it surfaced as a
+    child exiting with code 1 after the whole ingest had run."""
+    from serving.cli import port_in_use
+
+    for port, what in ((webserver_port, "Dagster UI port (--port)"), (mcp_port, "MCP port (--mcp-port)")):
+        if port is not None and port_in_use("127.0.0.1", port):
+            raise StartError(f"the {what} {port} on 127.0.0.1 is already in use")
+
+
 def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
+    _check_ports(webserver_port, mcp_port if mcp else None)
     settings = Settings.from_env()
     if not os.environ.get("LIBRARY_DIR"):
         seed_example_library(settings.library_dir)
