@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import signal
 import socket
 import subprocess
 from collections.abc import Callable
@@ -199,4 +200,13 @@ def serve(
     if http and port_in_use(host, port):
         fail(f"port {port} on {host} is already in use: stop what listens there or pass --port")
     argv = ["--http", "--host", host, "--port", str(port)] if http else []
+    # uvicorn shuts down gracefully on SIGTERM, then restores the previous handler and
+    # raises the signal again: with the default handler the process died by the signal
+    # (exit -15) and skipped its exit hooks, so its claim on the embedded PostgreSQL
+    # stayed registered and the server outlived it. This handler makes that a normal exit.
+    signal.signal(signal.SIGTERM, _exit_normally)
     mcp_server.main(argv)
+
+
+def _exit_normally(signum: int, _frame) -> None:
+    raise SystemExit(0)

@@ -54,10 +54,11 @@ LIBRARY_DB = "library"
 DAGSTER_DB = "dagster"
 SCHEMA_LOCK_ID = 7_301_114  # pg_advisory_xact_lock key: one schema migration at a time
 CREATE_DB_LOCK_ID = 7_301_115  # pg_advisory_lock key: one CREATE DATABASE pass at a time
-# ensure_schema: LOCK ... NOWAIT attempts for this long, then blocking attempts
+# ensure_schema: LOCK ... NOWAIT attempts for this long (time lost to busy tables,
+# not to waiting for another process's schema pass), then blocking attempts
 # (lock_timeout 2 s each) until SCHEMA_PATIENCE_S
-SCHEMA_NOWAIT_S = 10.0
-SCHEMA_PATIENCE_S = 120.0
+SCHEMA_NOWAIT_S = 60.0
+SCHEMA_PATIENCE_S = 180.0
 # relations a schema script names (a superset: names that are no table are dropped)
 _SCHEMA_RELATION_RE = re.compile(
     r"\b(?:table(?:\s+if\s+(?:not\s+)?exists)?|on|references|into|update|from|join|view)\s+([a-z_][a-z0-9_]*)")
@@ -362,16 +363,19 @@ class Database:
         sql = schema_path().read_text(encoding="utf-8")
         names = sorted(set(_SCHEMA_RELATION_RE.findall(sql.lower())))
         started = time.monotonic()
+        contended = 0.0  # time lost to busy tables; waiting for the advisory lock is not contention
         # vector must exist before register_vector can find its types
         conn = psycopg.connect(self.dsn, autocommit=True)
         try:
             attempt = 0
             while True:
                 attempt += 1
-                nowait = time.monotonic() - started < SCHEMA_NOWAIT_S
+                nowait = contended < SCHEMA_NOWAIT_S
+                tried = None
                 try:
                     with conn.transaction():
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_ID,))
+                        tried = time.monotonic()
                         # a short lock timeout keeps a queued DDL lock from stalling
                         # readers (benchmarks/load.py); the script is idempotent, so a
                         # rolled-back attempt simply runs again
@@ -390,12 +394,14 @@ class Database:
                         psycopg.errors.UniqueViolation) as exc:
                     # UniqueViolation: a catalog race with a process applying the
                     # schema without the advisory lock (an older version)
-                    waited = time.monotonic() - started
-                    if waited > SCHEMA_PATIENCE_S:
+                    pause = min(0.05 * attempt, 0.5)
+                    contended += time.monotonic() - (tried or time.monotonic()) + pause
+                    if contended > SCHEMA_PATIENCE_S:
                         raise
                     (log.warning if attempt == 1 or not nowait else log.debug)(
-                        "schema: %s, attempt %d (%.1f s); retrying", type(exc).__name__, attempt, waited)
-                    time.sleep(min(0.05 * attempt, 0.5))
+                        "schema: %s, attempt %d (%.1f s, %.1f s contended); retrying", type(exc).__name__,
+                        attempt, time.monotonic() - started, contended)
+                    time.sleep(pause)
         finally:
             conn.close()
         self._schema_ready = True
