@@ -81,18 +81,19 @@ def _libpq_dsn(sqlalchemy_url: str) -> str:
 
 def _missing_tables(conn: psycopg.Connection) -> list[str]:
     return [t for t in INSTANCE_TABLES
-            if conn.execute("SELECT to_regclass(%s) IS NULL", (f"public.{t}",)).fetchone()[0]]
+            if conn.execute("SELECT to_regclass(%s) IS NULL", (t,)).fetchone()[0]]
 
 
 def ensure_instance_tables(dagster_home: Path, url: str) -> None:
     """Create the Dagster instance's tables once, whoever starts first.
 
-    dagster-postgres creates them when a storage is first built, with a short
-    retry for two creators; its migrate and reindex steps that follow are not
-    guarded, and on this 2-core box 7 commands starting together on a fresh
-    home overran the retries. Here the first process builds the storages under
-    a session advisory lock (released if it dies); the others wait for it,
-    then find every table and build nothing.
+    dagster-postgres creates them when a storage is first built, retrying
+    five times 0.2 s apart when another creator collides with it; the
+    migrate, optimize and reindex steps that follow are not guarded at all,
+    and a loaded 2-core box easily takes longer than that second. Here the
+    first process builds the storages under a session advisory lock
+    (released even if it dies); the others wait for it, then find every
+    table and build nothing.
     """
     with psycopg.connect(_libpq_dsn(url), autocommit=True) as conn:
         if not _missing_tables(conn):

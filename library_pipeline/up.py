@@ -49,11 +49,12 @@ def _install_stop_handlers() -> dict:
 def seed_example_library(library_dir: Path) -> bool:
     """Copy the shipped example library into an empty or missing library folder.
 
-    Two `library up` starting together on a fresh home both saw an empty folder
-    and copied into it at once, and a second one seeing a half-filled folder
-    took it as the user's and ingested half-written files. So: one copier at a
-    time (an flock beside the folder), each file copied to a hidden temporary
-    name and renamed into place, so the folder only ever holds whole files.
+    Two `library up` starting together on a fresh home would both see an empty
+    folder and copy into it at once, and one that saw a half-filled folder
+    would take it as the user's and ingest half-written files. So: one copier
+    at a time (an flock beside the folder), each file copied to a hidden
+    temporary name and renamed into place, so the folder only ever holds whole
+    files.
     """
     if library_dir.exists() and any(library_dir.iterdir()):
         return False

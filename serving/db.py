@@ -351,8 +351,8 @@ class Database:
         first was already reading died of a deadlock - the script held
         `passages` (its ALTER) and waited for `documents` (a later ALTER) while
         the reader held `documents` and waited for `passages` - and the
-        deadlock detector killed the reader (`library status` failed 1 start in
-        3 on a fresh home). So every table the script names is locked first,
+        deadlock detector killed the reader (one of three `library status`
+        started together on a fresh home, in the first trial). So every table the script names is locked first,
         in one LOCK ... NOWAIT: the script never waits while holding a lock, so
         it cannot be part of a deadlock and never queues ahead of readers; it
         retries until the tables are free together. If they never are (a
