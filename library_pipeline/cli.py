@@ -22,9 +22,29 @@ from library_pipeline.graph_cli import graph_app
 from serving.db import Database
 from serving.settings import Settings
 
-app = typer.Typer(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
 console = Console(stderr=True)
 log = logging.getLogger("library_pipeline.cli")
+_VERBOSE = False
+
+
+class _LibraryApp(typer.Typer):
+    """The `library` command with one top-level handler: a command that fails
+    for a reason outside it (disk full, home not readable, a port taken, the
+    database unreachable) prints one line naming the cause and exits 1. The
+    traceback of the internals it surfaced through helps nobody who typed a
+    command; `--verbose` (or LIBRARY_DEBUG=1) shows it."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the top of the program
+            if _VERBOSE or os.environ.get("LIBRARY_DEBUG", "").strip() not in ("", "0"):
+                raise
+            print(f"error: {serving_cli.describe_failure(exc)}", file=sys.stderr, flush=True)
+            sys.exit(1)
+
+
+app = _LibraryApp(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -35,7 +55,9 @@ def _setup_logging(verbose: bool) -> None:
 
 
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging and full tracebacks.")) -> None:
+    global _VERBOSE
+    _VERBOSE = verbose
     _setup_logging(verbose)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -4,12 +4,21 @@ event logs, schedules, sensor cursors), so the UI, the daemon's sensors and
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
+import psycopg
 import yaml
 
-from serving.db import Database
+from serving.db import Database, file_lock
+
+log = logging.getLogger(__name__)
+
+# The main table of each instance storage: dagster-postgres creates a storage's
+# tables (and stamps alembic, migrates, reindexes) only when this one is missing.
+INSTANCE_TABLES = ("runs", "instance_info", "event_logs", "jobs")
+INSTANCE_LOCK_ID = 7_301_116  # pg_advisory_lock key: one creation of the instance tables at a time
 
 LANE_TAG = "library/lane"  # run tag that puts a run in a lane (library_pipeline.defs.ops)
 
@@ -53,7 +62,57 @@ def prepare_dagster_home(db: Database) -> Path:
     }
     target = home / "dagster.yaml"
     text = yaml.safe_dump(config, sort_keys=False)
-    if not target.exists() or target.read_text() != text:
-        target.write_text(text)
+    # several commands start at once on a fresh home: write under a lock and
+    # atomically (rename), so no process ever loads a half-written file
+    with file_lock(home / ".dagster.yaml.lock"):
+        if not target.exists() or target.read_text() != text:
+            tmp = target.with_name(f".dagster.yaml.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, target)
     os.environ["DAGSTER_HOME"] = str(home)
+    ensure_instance_tables(home, url)
     return home
+
+
+def _libpq_dsn(sqlalchemy_url: str) -> str:
+    scheme, sep, rest = sqlalchemy_url.partition("://")
+    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
+
+
+def _missing_tables(conn: psycopg.Connection) -> list[str]:
+    return [t for t in INSTANCE_TABLES
+            if conn.execute("SELECT to_regclass(%s) IS NULL", (t,)).fetchone()[0]]
+
+
+def ensure_instance_tables(dagster_home: Path, url: str) -> None:
+    """Create the Dagster instance's tables once, whoever starts first.
+
+    dagster-postgres creates them when a storage is first built, retrying
+    five times 0.2 s apart when another creator collides with it; the
+    migrate, optimize and reindex steps that follow are not guarded at all,
+    and a loaded 2-core box easily takes longer than that second. Here the
+    first process builds the storages under a session advisory lock
+    (released even if it dies); the others wait for it, then find every
+    table and build nothing.
+    """
+    with psycopg.connect(_libpq_dsn(url), autocommit=True) as conn:
+        if not _missing_tables(conn):
+            return
+        conn.execute("SELECT pg_advisory_lock(%s)", (INSTANCE_LOCK_ID,))
+        try:
+            missing = _missing_tables(conn)
+            if not missing:
+                return
+            import dagster as dg
+
+            log.info("creating the Dagster instance tables (missing: %s)", ", ".join(missing))
+            instance = dg.DagsterInstance.from_config(str(dagster_home))
+            try:
+                # each property builds its storage, which creates its tables
+                instance.run_storage  # noqa: B018
+                instance.event_log_storage  # noqa: B018
+                instance.schedule_storage  # noqa: B018
+            finally:
+                instance.dispose()
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (INSTANCE_LOCK_ID,))

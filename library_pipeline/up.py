@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from library_pipeline.dagster_home import prepare_dagster_home
-from serving.db import Database, _prune_stale_owners
+from serving.db import Database, StartError, file_lock, prune_stale_owners
 from serving.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,16 +47,31 @@ def _install_stop_handlers() -> dict:
 
 
 def seed_example_library(library_dir: Path) -> bool:
-    """Copy the shipped example library into an empty or missing library folder."""
+    """Copy the shipped example library into an empty or missing library folder.
+
+    Two `library up` starting together on a fresh home would both see an empty
+    folder and copy into it at once, and one that saw a half-filled folder
+    would take it as the user's and ingest half-written files. So: one copier
+    at a time (an flock beside the folder), each file copied to a hidden
+    temporary name and renamed into place, so the folder only ever holds whole
+    files.
+    """
     if library_dir.exists() and any(library_dir.iterdir()):
         return False
     if not EXAMPLE_LIBRARY.is_dir():
         log.warning("no example library at %s; starting with an empty library", EXAMPLE_LIBRARY)
         return False
-    library_dir.mkdir(parents=True, exist_ok=True)
-    for item in EXAMPLE_LIBRARY.iterdir():
-        shutil.copy2(item, library_dir / item.name)
-    log.info("copied the example library (%d files) into %s", len(list(library_dir.iterdir())), library_dir)
+    library_dir.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(library_dir.parent / f".{library_dir.name}.seed.lock"):
+        if library_dir.exists() and any(library_dir.iterdir()):
+            return False  # another process seeded it while we waited
+        library_dir.mkdir(parents=True, exist_ok=True)
+        items = [item for item in EXAMPLE_LIBRARY.iterdir() if item.is_file()]
+        for item in items:
+            tmp = library_dir.parent / f".{library_dir.name}.seed.{os.getpid()}.tmp"
+            shutil.copy2(item, tmp)
+            os.replace(tmp, library_dir / item.name)
+    log.info("copied the example library (%d files) into %s", len(items), library_dir)
     return True
 
 
@@ -83,7 +98,18 @@ def _stop_child(name: str, proc: subprocess.Popen, grace: float = 20.0) -> None:
             continue
 
 
+def _check_ports(webserver_port: int, mcp_port: int | None) -> None:
+    """Fail before any work when a port is taken: found later, it surfaced as a
+    child exiting with code 1 after the whole ingest had run."""
+    from serving.cli import port_in_use
+
+    for port, what in ((webserver_port, "Dagster UI port (--port)"), (mcp_port, "MCP port (--mcp-port)")):
+        if port is not None and port_in_use("127.0.0.1", port):
+            raise StartError(f"the {what} {port} on 127.0.0.1 is already in use")
+
+
 def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
+    _check_ports(webserver_port, mcp_port if mcp else None)
     settings = Settings.from_env()
     if not os.environ.get("LIBRARY_DIR"):
         seed_example_library(settings.library_dir)
@@ -131,5 +157,5 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
             signal.signal(sig, handler)
         if db.embedded and db._server is not None:
             # a child killed hard leaves its pid registered; drop it so our exit stops the server
-            _prune_stale_owners(settings.home / "pgdata")
+            prune_stale_owners(settings.home)
         db.stop()

@@ -9,13 +9,18 @@ an agent see the same thing.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import signal
+import socket
+import subprocess
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 
+from serving.db import StartError
 from serving.search.types import MAX_TOP_K, SearchError
 
 log = logging.getLogger(__name__)
@@ -26,6 +31,57 @@ def _library():
     from serving.runtime import Library
 
     return Library()
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line naming why a command could not run, for a user rather than a
+    developer: the cause (disk full, permission, port, database unreachable),
+    never a traceback of the internals it surfaced through."""
+    import psycopg
+
+    from serving.db import StartError
+
+    def first(text: object) -> str:
+        return (str(text).strip().splitlines() or [""])[0][:300]
+
+    if isinstance(exc, (StartError, ConnectionError)):
+        return first(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        where = f": {exc.filename}" if exc.filename else ""
+        if exc.errno == errno.ENOSPC:
+            return f"no space left on the device{where}"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return f"permission denied{where}"
+        if exc.errno == errno.EROFS:
+            return f"read-only file system{where}"
+        if exc.errno == errno.EADDRINUSE:
+            return f"address already in use{where}"
+        return f"{exc.strerror or type(exc).__name__}{where}"
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return f"the database server is out of disk space: {first(exc)}"
+    if isinstance(exc, psycopg.OperationalError):
+        return f"the library database is unreachable: {first(exc)}"
+    if isinstance(exc, psycopg.Error):
+        return f"database error ({type(exc).__name__}): {first(exc)}"
+    if isinstance(exc, subprocess.CalledProcessError):
+        cmd = exc.cmd[0] if isinstance(exc.cmd, (list, tuple)) and exc.cmd else exc.cmd
+        return f"{cmd} failed with exit code {exc.returncode}"
+    return f"{type(exc).__name__}: {first(exc)} (run with --verbose for the traceback)"
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True if `host:port` cannot be bound now (someone listens there)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # the option uvicorn and the Dagster webserver set too: a port in TIME_WAIT is free
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 def fail(message: str) -> None:
@@ -39,7 +95,7 @@ def with_library(fn: Callable[[Any], T], errors: tuple[type[Exception], ...] = (
     lib = _library()
     try:
         return fn(lib)
-    except (*errors, ConnectionError) as exc:
+    except (*errors, ConnectionError, StartError) as exc:
         fail(str(exc))
     finally:
         lib.close()
@@ -141,5 +197,16 @@ def serve(
     """Serve library_search and library_files to agents over MCP."""
     from serving import mcp_server
 
+    if http and port_in_use(host, port):
+        fail(f"port {port} on {host} is already in use: stop what listens there or pass --port")
     argv = ["--http", "--host", host, "--port", str(port)] if http else []
+    # uvicorn shuts down gracefully on SIGTERM, then restores the previous handler and
+    # raises the signal again: with the default handler the process died by the signal
+    # (exit -15) and skipped its exit hooks, so its claim on the embedded PostgreSQL
+    # stayed registered and the server outlived it. This handler makes that a normal exit.
+    signal.signal(signal.SIGTERM, _exit_normally)
     mcp_server.main(argv)
+
+
+def _exit_normally(signum: int, _frame) -> None:
+    raise SystemExit(0)
