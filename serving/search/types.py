@@ -189,10 +189,10 @@ class SearchConfig:
     # reached 0.9915 at 200 but builds 4.5x slower. The query-time knob is the cheap one.
     ef_search: int = 800
     max_scan_tuples: int = 20000    # pgvector iterative-scan budget for filtered queries
-    keyword_max_terms: int = 6
-    keyword_noise_ratio: float = 0.10
-    keyword_noise_min_passages: int = 100  # below this every term is "frequent": no noise rule
-    keyword_pool: int = 150         # the ladder matches at most this many passages; BM25 ranks them (keyword.py)
+    # BM25 keyword lane (keyword.py): each term reads at most this many postings in impact
+    # order (exact below it), and a query at most ~keyword_work rows in all
+    keyword_postings: int = 1000
+    keyword_work: int = 20000
     title_min_terms: int = 2
     # Known-item detector: the title lane fires only for names holding >= 2/3 of the
     # query's lexemes ("adventures of sherlock holmes", "<title> <author>"), not for a
