@@ -172,6 +172,9 @@ CREATE TABLE IF NOT EXISTS lexeme_df_totals (
     avg_length double precision NOT NULL,
     refreshed_at timestamptz NOT NULL DEFAULT now()
 );
+-- documents holding those passages: the keyword lane's document-level BM25 normalises
+-- a document's length (its passage count) by passages / documents
+ALTER TABLE lexeme_df_totals ADD COLUMN IF NOT EXISTS documents integer;
 
 -- Recomputed wholesale from the stored tsvectors (serving.lexemes.refresh_lexeme_df
 -- wraps it). The population is what the keyword lane searches: verbatim passages
@@ -192,8 +195,10 @@ BEGIN
         WHERE p.summary_level = 0 AND NOT p.removed AND NOT p.superseded AND NOT p.archived
         GROUP BY 1, 2;
     GET DIAGNOSTICS n = ROW_COUNT;
-    INSERT INTO lexeme_df_totals (ts_config, passages, avg_length, refreshed_at)
-        SELECT ts_config, count(*), coalesce(avg(length(tsv)), 0), now() FROM passages
+    -- documents: a memory (no document) counts as a document of one passage
+    INSERT INTO lexeme_df_totals (ts_config, passages, avg_length, documents, refreshed_at)
+        SELECT ts_config, count(*), coalesce(avg(length(tsv)), 0),
+               count(DISTINCT coalesce(document_id, -id)), now() FROM passages
         WHERE summary_level = 0 AND NOT removed AND NOT superseded AND NOT archived
         GROUP BY 1;
     RETURN n;

@@ -179,6 +179,12 @@ def test_postings_follow_every_write(manual, embedder):
     before = conn.execute("SELECT count(*) FROM postings").fetchone()[0]
     assert conn.execute("SELECT postings_rebuild()").fetchone()[0] == before
     assert postings_match_tsvectors(conn)
+    # something that bypassed the triggers: the lexeme_df refresh notices and rebuilds
+    conn.execute("DELETE FROM postings WHERE lexeme = 'diaphragm'")
+    conn.commit()
+    figures = refresh_lexeme_df(conn)
+    assert figures["postings_rebuilt"] and postings_match_tsvectors(conn)
+    assert not refresh_lexeme_df(conn)["postings_rebuilt"]
     conn.execute("TRUNCATE passages CASCADE")
     assert conn.execute("SELECT count(*) FROM postings").fetchone()[0] == 0
     conn.commit()

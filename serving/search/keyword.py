@@ -68,14 +68,15 @@ class ConfigStats:
     name: str
     passages: int | None      # None: lexeme_df never refreshed for this configuration
     avg_length: float | None
+    documents: int | None = None
 
 
 def corpus_configs(conn: psycopg.Connection) -> list[ConfigStats]:
     """Text-search configurations present in the corpus, with their statistics."""
-    rows = conn.execute("SELECT ts_config::text, passages, avg_length FROM lexeme_df_totals "
+    rows = conn.execute("SELECT ts_config::text, passages, avg_length, documents FROM lexeme_df_totals "
                         "ORDER BY ts_config::text").fetchall()
     if rows:
-        return [ConfigStats(r[0], int(r[1]), float(r[2])) for r in rows]
+        return [ConfigStats(r[0], int(r[1]), float(r[2]), int(r[3]) if r[3] else None) for r in rows]
     # lexeme_df not refreshed yet: find the configurations by scanning (cached; one
     # seq scan, ~20 ms at 100k rows) and fall back to estimates.
     key = conn.info.dsn
@@ -132,7 +133,7 @@ def _estimated_passages(conn: psycopg.Connection) -> int:
 
 
 def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],
-               cfg: SearchConfig, depth: int) -> tuple[list[Term], dict[str, tuple[int, float | None]]]:
+               cfg: SearchConfig, depth: int) -> tuple[list[Term], dict[str, tuple[int, float | None, float]]]:
     """The query's terms with df / idf / postings bound, and each configuration's (N, avgdl)."""
     by_name = {s.name: s for s in stats}
     wanted = {name: sorted(set(terms)) for name, terms in lexemes.items() if terms and name in by_name}
@@ -151,7 +152,7 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
             "FROM unnest(%s::text[], %s::text[]) AS u(c, lex)",
             (_DF_COUNT_CAP, [c for c, _ in unknown], [t for _, t in unknown]))}
     estimate = None
-    totals: dict[str, tuple[int, float | None]] = {}
+    totals: dict[str, tuple[int, float | None, float]] = {}
     terms: list[Term] = []
     for name, ts in wanted.items():
         st = by_name[name]
@@ -168,7 +169,9 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
                     continue   # in no passage of this configuration
             n_t = max(n, df)   # a fresh term may be counted in passages newer than N
             terms.append(Term(name, t, df, idf(df, n_t), estimated=est))
-        totals[name] = (n, st.avg_length)
+        # passages per document (document-level BM25's average length); 1 when unknown
+        per_doc = (st.passages / st.documents) if st.passages and st.documents else 1.0
+        totals[name] = (n, st.avg_length, per_doc)
     # Cap the work, not the terms: every term reads min(df, per_term) postings, and
     # per_term shrinks for long queries so the total stays near keyword_work; never
     # below depth, so each term alone can still fill the lane.
@@ -180,17 +183,45 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
     return terms, totals
 
 
-_POSTINGS = sql.SQL(
-    "SELECT po.passage_id, po.document_id, sum(q.idf * po.tf * %(k1p1)s "
-    "       / (po.tf + %(k1)s * (1 - %(b)s + %(b)s * po.dl / q.avgdl))) AS score "
-    "FROM unnest(%(cfg)s::regconfig[], %(lex)s::text[], %(idf)s::float8[], %(cap)s::int[], "
-    "            %(avgdl)s::float8[]) AS q(c, lexeme, idf, cap, avgdl) "
-    "CROSS JOIN LATERAL ("
+# q: one row per query term; hits: each term's postings walk, in impact order, at most
+# `cap` rows that the search's predicate allows
+_HITS = (
+    "q AS (SELECT * FROM unnest(%(cfg)s::regconfig[], %(lex)s::text[], %(idf)s::float8[], %(cap)s::int[], "
+    "                          %(avgdl)s::float8[], %(perdoc)s::float8[]) "
+    "      WITH ORDINALITY AS q(c, lexeme, idf, cap, avgdl, perdoc, i)), "
+    "hits AS (SELECT q.i, q.idf, q.avgdl, q.perdoc, po.passage_id, po.document_id, po.tf, po.dl FROM q "
+    "  CROSS JOIN LATERAL ("
     "    SELECT po.passage_id, p.document_id, po.tf, po.dl FROM postings po JOIN passages p ON p.id = po.passage_id "
     "    WHERE po.ts_config = q.c AND po.lexeme = q.lexeme AND {pred} "
-    "    ORDER BY po.impact DESC LIMIT q.cap) po "
-    "GROUP BY po.passage_id, po.document_id "
-    "ORDER BY 3 DESC, 1 LIMIT %(depth)s")
+    "    ORDER BY po.impact DESC LIMIT q.cap) po) ")
+_PASSAGE_BM25 = "sum(idf * tf * %(k1p1)s / (tf + %(k1)s * (1 - %(b)s + %(b)s * dl / avgdl)))"
+
+_POSTINGS = sql.SQL(
+    "WITH " + _HITS +
+    "SELECT passage_id, document_id, " + _PASSAGE_BM25 + " AS score FROM hits "
+    "GROUP BY passage_id, document_id ORDER BY 3 DESC, 1 LIMIT %(depth)s")
+
+# With a document weight: each of the best `pool` passages also takes w x the BM25 of its
+# whole document (term frequencies summed over the document's fetched postings, length =
+# its passage count - last ordinal + 1, one backward step of passages_document_idx, where
+# count(*) walked a whole book's index entries - against the corpus's passages per
+# document). A constant per
+# document, so it never reorders passages within one document; a passage without a
+# document (a memory) is its own document.
+_POSTINGS_DOC = sql.SQL(
+    "WITH " + _HITS + ", "
+    "pas AS (SELECT passage_id, document_id, " + _PASSAGE_BM25 + " AS s FROM hits "
+    "        GROUP BY passage_id, document_id ORDER BY 3 DESC, 1 LIMIT %(pool)s), "
+    "dtf AS (SELECT h.document_id, h.i, max(h.idf) AS idf, max(h.perdoc) AS perdoc, sum(h.tf) AS tf FROM hits h "
+    "        WHERE h.document_id IN (SELECT document_id FROM pas) GROUP BY 1, 2), "
+    "dlen AS (SELECT d.document_id, (SELECT x.ordinal + 1 FROM passages x WHERE x.document_id = d.document_id "
+    "                                AND x.summary_level = 0 ORDER BY x.ordinal DESC LIMIT 1) AS n "
+    "         FROM (SELECT DISTINCT document_id FROM dtf) d), "
+    "doc AS (SELECT t.document_id, sum(t.idf * t.tf * %(k1p1)s / (t.tf + %(k1)s * (1 - %(bd)s + %(bd)s * l.n "
+    "                                                               / t.perdoc))) AS s "
+    "        FROM dtf t JOIN dlen l USING (document_id) GROUP BY 1) "
+    "SELECT pas.passage_id, pas.document_id, pas.s + %(w)s * coalesce(doc.s, pas.s) AS score "
+    "FROM pas LEFT JOIN doc USING (document_id) ORDER BY 3 DESC, 1 LIMIT %(depth)s")
 
 # Narrow searches (a document filter): score the filtered passages' own tsvectors.
 _NARROW = sql.SQL(
@@ -207,8 +238,8 @@ _NARROW = sql.SQL(
     "ORDER BY s.score DESC, s.id LIMIT %(depth)s")
 
 
-def _avgdl(conn: psycopg.Connection, totals: dict[str, tuple[int, float | None]]) -> dict[str, float]:
-    out = {name: avg for name, (_, avg) in totals.items() if avg}
+def _avgdl(conn: psycopg.Connection, totals: dict[str, tuple[int, float | None, float]]) -> dict[str, float]:
+    out = {name: avg for name, (_, avg, _) in totals.items() if avg}
     missing = [name for name in totals if name not in out]
     if missing:  # never refreshed: a sample of the configuration's passages
         for name, avg in conn.execute(
@@ -228,7 +259,7 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
                           "terms": [{"lexeme": t.lexeme, "df": t.df, "idf": round(t.idf, 3), "cap": t.cap,
                                      **({"estimated": True} if t.estimated else {})}
                                     for t in terms if t.config == name]}
-                         for name, (n, _) in totals.items()]
+                         for name, (n, _, _) in totals.items()]
     rows: list[tuple[int, int | None, float]] = []
     if terms:
         avgdl = _avgdl(conn, totals)
@@ -240,7 +271,12 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
             query = _NARROW.format(pred=predicate.clause)
         else:
             params["cap"] = [t.cap for t in terms]
-            query = _POSTINGS.format(pred=predicate.clause)
+            params["perdoc"] = [totals[t.config][2] for t in terms]
+            if cfg.keyword_doc_weight > 0:
+                params.update(w=cfg.keyword_doc_weight, bd=cfg.keyword_doc_b, pool=max(3 * depth, 150))
+                query = _POSTINGS_DOC.format(pred=predicate.clause)
+            else:
+                query = _POSTINGS.format(pred=predicate.clause)
         rows = conn.execute(query, params).fetchall()
     hits = LaneHits("keyword", [r[0] for r in rows], [float(r[2]) for r in rows], graded=True)
     hits.doc_ids = [r[1] for r in rows]

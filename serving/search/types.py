@@ -193,6 +193,8 @@ class SearchConfig:
     # order (exact below it), and a query at most ~keyword_work rows in all
     keyword_postings: int = 1000
     keyword_work: int = 20000
+    keyword_doc_weight: float = 0.0   # w x the passage's document BM25 added to its own (keyword.py)
+    keyword_doc_b: float = 0.75
     title_min_terms: int = 2
     # Known-item detector: the title lane fires only for names holding >= 2/3 of the
     # query's lexemes ("adventures of sherlock holmes", "<title> <author>"), not for a
