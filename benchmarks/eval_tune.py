@@ -114,11 +114,12 @@ def main() -> None:
                     base = SearchConfig.only("keyword", summaries=False, log_queries=False)
                 cfg = dataclasses.replace(base, label=f"tune-{name}", **overrides)
                 t = time.perf_counter()
-                run, _ = run_config(conn, emb, ds.queries, cfg)
+                run, speed = run_config(conn, emb, ds.queries, cfg)
                 pq = per_query(ds.qrels, run)
                 rows[name] = (aggregate(pq), pq)
                 print(f"{name:24s} " + " ".join(f"{k} {rows[name][0][k]:.4f}" for k in KEYS)
-                      + f"  ({time.perf_counter() - t:.0f}s) {overrides}", flush=True)
+                      + f"  ({time.perf_counter() - t:.0f}s; search p50 {speed['p50_ms']} ms, "
+                        f"p95 {speed['p95_ms']} ms) {overrides}", flush=True)
     finally:
         release(db)
     names = [n for n in rows if n != "bm25s"]
