@@ -250,11 +250,23 @@ def _avgdl(conn: psycopg.Connection, totals: dict[str, tuple[int, float | None, 
     return out
 
 
+# A filtered search reads each term's postings until `cap` rows pass the filter, so a
+# filter passing 2% of rows reads ~50x the rows: on the 100k-passage benchmark
+# (benchmarks/keyword_scale.py, box under load ~18) the lane's p50 was 201 ms unfiltered
+# and 959 ms filtered to 2% of rows at 1,000 rows per term. Filtered searches read at
+# most this many matching rows per term (still never fewer than the lane's depth).
+FILTERED_POSTINGS = 200
+
+
 def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],
-                 predicate: Predicate, cfg: SearchConfig, *, narrow: bool = False) -> tuple[LaneHits, list[dict]]:
+                 predicate: Predicate, cfg: SearchConfig, *, narrow: bool = False,
+                 filtered: bool = False) -> tuple[LaneHits, list[dict]]:
     started = time.perf_counter()
     depth = cfg.keyword_depth
     terms, totals = plan_terms(conn, lexemes, stats, cfg, depth)
+    if filtered:
+        for term in terms:
+            term.cap = min(term.cap, max(FILTERED_POSTINGS, depth))
     trace: list[dict] = [{"config": name, "passages": n,
                           "terms": [{"lexeme": t.lexeme, "df": t.df, "idf": round(t.idf, 3), "cap": t.cap,
                                      **({"estimated": True} if t.estimated else {})}
