@@ -150,9 +150,8 @@ def _document_id(value: Any) -> int:
 @dataclass(frozen=True)
 class SearchConfig:
     """Lane switches and weights. Defaults are the reference system's figures
-    (title lane weight 2.0, <= 6 keyword terms, noise above 10%) except where a
-    measurement on SciFact TRAIN moved them (rrf_k, fusion, bm25_b, keyword_pool: see
-    their comments)."""
+    (title lane weight 2.0) except where a measurement on SciFact TRAIN moved them
+    (rrf_k, fusion, bm25_b, keyword_doc_weight: see their comments)."""
 
     vector: bool = True
     keyword: bool = True
