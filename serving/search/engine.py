@@ -140,7 +140,9 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
                             "results are the passages nearest in meaning, nothing more")
 
         if cfg.keyword:
-            kw, resp.keyword_trace = keyword_lane(conn, lexemes, stats, predicate, cfg)
+            kw, resp.keyword_trace = keyword_lane(conn, lexemes, stats, predicate, cfg,
+                                                   narrow=bool(filters.document_ids),
+                                                   filtered=not filters.is_empty)
             lanes.append((kw, cfg.keyword_weight))
         else:
             stages["keyword"] = "off"

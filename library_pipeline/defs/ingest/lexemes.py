@@ -1,4 +1,6 @@
-"""`lexeme_df`: corpus document frequencies that drive the keyword lane.
+"""`lexeme_df`: corpus document frequencies the keyword lane's BM25 takes its IDF
+from (the postings index itself is kept in step by triggers in schema.sql; this
+refresh also checks it and rebuilds it if something bypassed them).
 
 Unpartitioned and downstream of every file's embeddings and every vault
 note's sections: declarative automation (eager) refreshes it after ingests
@@ -25,8 +27,9 @@ VAULT_SECTIONS = dg.AssetKey("vault_note_sections")
     owners=OWNERS,
     automation_condition=dg.AutomationCondition.eager(),
     description="Document frequency of every lexeme per text-search configuration, over searchable "
-                "passages: the keyword lane ANDs the rarest query terms and treats those in >10% of "
-                "passages as noise. Rows: `lexeme_df`, `lexeme_df_totals`.",
+                "passages: the IDF, passage count and average length of the keyword lane's BM25. "
+                "Also checks the `postings` index against the tsvectors and rebuilds it if out of step. "
+                "Rows: `lexeme_df`, `lexeme_df_totals`.",
 )
 def lexeme_df(library_db: LibraryDatabase) -> dg.MaterializeResult:
     with library_db.get().connect() as conn:
