@@ -57,6 +57,7 @@ test-external: install
 	@echo "=== database backend: external PostgreSQL over TCP (pytest -m 'db or external') ==="
 	@status=0; \
 	eval "$$($(SERVICES) env)" && $(BIN)/pytest -m "db or external" || status=$$?; \
+	$(SERVICES) drop-test-databases; \
 	$(SERVICES) down; \
 	exit $$status
 

@@ -8,6 +8,7 @@ data directory and lifecycle (not the embedded, socket-only handle).
     python scripts/services.py env      # KEY=VALUE lines for a shell: eval "$(... env)"
     python scripts/services.py down     # stop both (the data directory stays)
     python scripts/services.py destroy  # stop and delete the data directory
+    python scripts/services.py drop-test-databases   # the test suite's per-test databases
 
 Where: $LIBRARY_SERVICES_HOME, default `.services/` in the checkout. Ports:
 $LIBRARY_SERVICES_PG_PORT / $LIBRARY_SERVICES_REDIS_PORT, otherwise a free port
@@ -342,9 +343,20 @@ def cmd_status(home: Path) -> int:
     return 0 if pg and rd else 3
 
 
+def cmd_drop_test_databases(home: Path) -> None:
+    """The test suite makes one database per test (`t_…`) on the external server;
+    dropped after a whole run, not by each session (another may be using them)."""
+    state = load_state(home)
+    names = psql(home, state, system_user(),
+                 "SELECT string_agg(datname, ' ') FROM pg_database WHERE datname LIKE 't\\_%'").split()
+    for name in names:
+        psql(home, state, system_user(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(f"postgres: dropped {len(names)} test database(s)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "status", "env", "destroy"])
+    parser.add_argument("command", choices=["up", "down", "status", "env", "destroy", "drop-test-databases"])
     args = parser.parse_args()
     home = services_home()
     if args.command == "up":
@@ -357,6 +369,8 @@ def main() -> int:
         print(f"removed {home}")
     elif args.command == "status":
         return cmd_status(home)
+    elif args.command == "drop-test-databases":
+        cmd_drop_test_databases(home)
     elif args.command == "env":
         state = load_state(home)
         if "pg_port" not in state:
