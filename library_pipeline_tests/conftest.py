@@ -87,7 +87,7 @@ EXTERNAL_PG_DSN = os.environ.get("LIBRARY_TEST_PG_DSN") or None
 # corpus ingest and the inventory fixture (~5 and ~3 min of setup on a loaded box) -
 # the same ingest code on TCP is covered by the bad-input, change and SIGKILL tests.
 DB_BACKEND_MODULES = {
-    "test_ingest_bad_input", "test_ingest_changes",
+    "test_ingest_bad_input", "test_ingest_changes", "test_small_files",
     "test_search_vector", "test_search_lexemes", "test_search_cli",
     "test_memory", "test_memory_mcp", "test_query_log",
     "test_vault_sync", "test_vault_bad_input",
