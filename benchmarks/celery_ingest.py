@@ -51,14 +51,28 @@ def fresh_database(admin_dsn: str, prefix: str) -> tuple[str, str]:
     return dsn, url
 
 
+def own_redis_databases(broker: str) -> tuple[str, str]:
+    """Redis databases 14/15, flushed: a worker left running on the default ones
+    (another library, another run storage) must not take these runs' steps - it
+    would fail them with "Could not load run"."""
+    import redis
+
+    base = broker.rsplit("/", 1)[0]
+    for n in (14, 15):
+        redis.Redis.from_url(f"{base}/{n}").flushdb()
+    return f"{base}/14", f"{base}/15"
+
+
 def measure(workers: int, files: int, base_env: dict[str, str], tmp: Path) -> dict:
     library = tmp / f"library-{workers}"
+    broker, backend = own_redis_databases(base_env["LIBRARY_CELERY_BROKER"])
     write_small_files(library, files)
     dsn, _ = fresh_database(base_env["LIBRARY_TEST_PG_DSN"], "bench")
     _, dagster_url = fresh_database(base_env["LIBRARY_TEST_PG_DSN"], "bench_dagster")
     home = tmp / f"home-{workers}"
     env = {**os.environ, **base_env, "LIBRARY_DB_DSN": dsn, "LIBRARY_DAGSTER_DSN": dagster_url,
            "LIBRARY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "LIBRARY_DIR": str(library),
+           "LIBRARY_CELERY_BROKER": broker, "LIBRARY_CELERY_BACKEND": backend,
            "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     procs, logs = [], []
     try:
