@@ -6,7 +6,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: up test install system-deps
+.PHONY: up test test-external install system-deps services-up services-down services-status
+SERVICES := $(BIN)/python scripts/services.py
 
 # torch first, pinned: 2.13.0 is the CPU build this machine kind keeps on local
 # disk; a bare `torch` requirement (sentence-transformers has one) pulls a
@@ -28,6 +29,11 @@ system-deps:
 		echo "installing git from Debian packages (vault sync)"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq git; \
 	fi
+	@# the external-backend tests: Redis is the celery executor's broker (scripts/services.py)
+	@if ! command -v redis-server >/dev/null; then \
+		echo "installing Redis from Debian packages (celery broker for the external-backend tests)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; \
+	fi
 	@# the UI browser test drives Debian's Chromium (playwright downloads no browser of its own)
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 		echo "installing Chromium + ChromeDriver from Debian packages (UI browser test)"; \
@@ -36,8 +42,36 @@ system-deps:
 
 install: system-deps $(VENV)/.installed
 
+# The whole suite on the embedded server, then the database-facing subset (`db`)
+# and the tests that need real services (`external`: celery workers + Redis, several
+# MCP servers on one database) against a standalone PostgreSQL over TCP. The
+# services are stopped whatever the outcome; the exit status is the first failure.
 test: install
-	$(BIN)/pytest
+	@status=0; \
+	$(BIN)/pytest || status=$$?; \
+	$(MAKE) --no-print-directory test-external || status=$$?; \
+	exit $$status
+
+test-external: install
+	$(SERVICES) up
+	@echo "=== database backend: external PostgreSQL over TCP (pytest -m 'db or external') ==="
+	@status=0; \
+	eval "$$($(SERVICES) env)" && $(BIN)/pytest -m "db or external" || status=$$?; \
+	$(SERVICES) drop-test-databases; \
+	$(SERVICES) down; \
+	exit $$status
+
+# a standalone PostgreSQL 18 + pgvector (127.0.0.1, password role) and Redis, each
+# with its own data under $${LIBRARY_SERVICES_HOME:-.services}; `eval "$$(.venv/bin/python
+# scripts/services.py env)"` exports LIBRARY_DB_DSN / LIBRARY_DAGSTER_DSN for them
+services-up: install
+	$(SERVICES) up
+
+services-down:
+	$(SERVICES) down
+
+services-status:
+	$(SERVICES) status
 
 up: install
 	$(BIN)/library up

