@@ -38,7 +38,7 @@ from serving.ontology import entity_type, relation_type
 
 log = logging.getLogger(__name__)
 
-OFFLINE_EXTRACTOR = "offline-v1"   # bump to re-extract every file after changing the offline rules
+OFFLINE_EXTRACTOR = "offline-v2"   # bump to re-extract every file after changing the offline rules
 
 
 def _compatible(a: str, b: str) -> bool:
@@ -199,7 +199,8 @@ def collect_orphans(db: Database) -> int:
 
 PASSAGES_SQL = """
 SELECT id, ordinal, content, ts_config::text FROM passages
-WHERE document_id = %s AND summary_level = 0 AND NOT removed AND kind <> 'toc' AND ordinal >= %s
+WHERE document_id = %s AND summary_level = 0 AND NOT removed AND kind NOT IN ('toc', 'boilerplate')
+  AND ordinal >= %s
 ORDER BY ordinal LIMIT %s
 """
 
@@ -214,7 +215,7 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
             return result
         version, total = conn.execute(
             "SELECT version, (SELECT count(*) FROM passages WHERE document_id = d.id AND summary_level = 0 "
-            "AND NOT removed AND kind <> 'toc') FROM documents d WHERE id = %s", (doc["id"],)).fetchone()
+            "AND NOT removed AND kind NOT IN ('toc', 'boilerplate')) FROM documents d WHERE id = %s", (doc["id"],)).fetchone()
         progress = conn.execute("SELECT version, extractor, next_ordinal, completed_at FROM kg_progress "
                                 "WHERE document_id = %s", (doc["id"],)).fetchone()
     if restart or progress is None or progress[0] != version or progress[1] != extractor:
@@ -270,7 +271,7 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
                 return result
             e, r = write_graph(conn, doc["id"], graphs)
             more = conn.execute("SELECT EXISTS (SELECT 1 FROM passages WHERE document_id = %s AND summary_level = 0 "
-                                "AND NOT removed AND kind <> 'toc' AND ordinal > %s)", (doc["id"], last)).fetchone()[0]
+                                "AND NOT removed AND kind NOT IN ('toc', 'boilerplate') AND ordinal > %s)", (doc["id"], last)).fetchone()[0]
             conn.execute("UPDATE kg_progress SET next_ordinal = %s, passages_done = passages_done + %s, "
                          "updated_at = now(), completed_at = CASE WHEN %s THEN NULL ELSE now() END "
                          "WHERE document_id = %s", (last + 1, len(rows), more, doc["id"]))
