@@ -472,6 +472,18 @@ CREATE TABLE IF NOT EXISTS entity_aliases (
     alias_norm  text PRIMARY KEY,
     entity_id   bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE
 );
+-- the alias as written ("Holmes", «Петр Андреич»), for display
+ALTER TABLE entity_aliases ADD COLUMN IF NOT EXISTS alias text;
+CREATE INDEX IF NOT EXISTS entity_aliases_entity_idx ON entity_aliases (entity_id);
+
+-- A short name shared by several full names of one file ("Stoner": Helen and
+-- Julia Stoner): no entity of its own there; a lookup answers with these candidates.
+CREATE TABLE IF NOT EXISTS entity_alias_candidates (
+    alias_norm   text NOT NULL,
+    entity_id    bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    document_id  bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    PRIMARY KEY (alias_norm, entity_id, document_id)
+);
 
 -- Which files mention an entity, how often: source_count = rows here.
 CREATE TABLE IF NOT EXISTS entity_sources (

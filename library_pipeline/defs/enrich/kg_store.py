@@ -22,6 +22,7 @@ where the last commit left off.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter, defaultdict
 
@@ -176,8 +177,134 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
     return ids
 
 
+# -- resolution within one file -------------------------------------------------------
+#
+# A novel names a person many ways: "Sherlock Holmes" (20 mentions in the Holmes
+# stories), "Holmes" (436), "Mr. Holmes"; «Петр Андреевич Гринев», «Петр Андреич»,
+# «Гринев». Forms of address are stripped at extraction; what is left is merged
+# here, once the whole file is extracted: a shorter person name whose words are
+# an ordered part of exactly one longer person name of the same file becomes an
+# alias of it. A word shared by several full names («Гринев»: the narrator and his
+# father) is ambiguous: its mentions in this file are dropped rather than given
+# to either man, and a lookup of it answers with the candidates.
+
+_PATRONYMIC = re.compile(r"(?:ович|евич|ич|ыч)$")
+
+
+def _word_key(word: str) -> str:
+    """Colloquial and full Russian patronymics compare equal: «андреич» ~
+    «андреевич», «иваныч» ~ «иванович», «кузмич» ~ «кузьмич»."""
+    if len(word) > 5 and re.search(r"[а-я]", word):
+        stem = _PATRONYMIC.sub("", word)
+        if stem != word:
+            return stem.rstrip("еоь").replace("ь", "") + "~"
+    return word
+
+
+def _ordered_part(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
+    if len(short) >= len(long):
+        return False
+    it = iter(long)
+    return all(word in it for word in short)
+
+
+def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Person names of one file (normalised name -> mentions in the file) ->
+    ({name: the name it merges into}, {ambiguous name: candidate full names}).
+    Names with the same words (patronymic forms aside) merge into the most
+    mentioned one; a full name mentioned once does not compete with one
+    mentioned five times or more (a tagger's one-off like "Holmes Watson")."""
+    # initials do not make a name longer: «а и швабрин» is «швабрин»
+    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1) or (n,) for n in names}
+    merges: dict[str, str] = {}
+    ambiguous: dict[str, list[str]] = {}
+    canonical: dict[tuple[str, ...], str] = {}
+    for n in sorted(names, key=lambda n: (-names[n], n)):
+        canonical.setdefault(keys[n], n)
+    for n in names:
+        if canonical[keys[n]] != n:
+            merges[n] = canonical[keys[n]]
+    heads = [n for n in canonical.values()]
+    for n in heads:
+        # a full name said once never absorbs a name said five times or more: "Alice
+        # Rucastle" (1 mention) took "Rucastle" (30), her father; a possessive phrase
+        # ("Alice's Right Foot", normalised "alice s right foot") is no name
+        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()
+                  and (names[m] > 1 or names[n] < 5)]
+        if not longer:
+            continue
+        maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
+        if len(maximal) == 1:
+            merges[n] = maximal[0]
+        else:
+            ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
+    for n, target in list(merges.items()):   # follow chains: a -> b -> c
+        seen = {n}
+        while target in merges and target not in seen:
+            seen.add(target)
+            target = merges[target]
+        merges[n] = target
+    for n in ambiguous:
+        merges.pop(n, None)
+    return merges, ambiguous
+
+
+def resolve_within_file(conn, document_id: int) -> tuple[int, int]:
+    """Apply plan_file_merges to this file's person entities. Returns (merged, ambiguous)."""
+    rows = conn.execute(
+        "SELECT e.id, e.name, e.name_norm, s.mentions FROM entity_sources s JOIN entities e ON e.id = s.entity_id "
+        "WHERE s.document_id = %s AND e.type = 'person'", (document_id,)).fetchall()
+    by_norm = {r[2]: (r[0], r[1], r[3]) for r in rows}
+    merges, ambiguous = plan_file_merges({n: v[2] for n, v in by_norm.items()})
+    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
+    for short, full in merges.items():
+        _move_contributions(conn, document_id, by_norm[short][0], by_norm[full][0], by_norm[short][1])
+    for short, fulls in ambiguous.items():
+        _move_contributions(conn, document_id, by_norm[short][0], None, by_norm[short][1])
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO entity_alias_candidates (alias_norm, entity_id, document_id) "
+                            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                            [(short, by_norm[f][0], document_id) for f in fulls])
+    return len(merges), len(ambiguous)
+
+
+def _move_contributions(conn, document_id: int, source: int, target: int | None, alias: str) -> None:
+    """Give `source`'s mentions and edges in this file to `target` (None: drop them);
+    `source` is deleted once no file mentions it, its name then an alias of `target`."""
+    moved = conn.execute("DELETE FROM entity_sources WHERE entity_id = %s AND document_id = %s RETURNING mentions",
+                         (source, document_id)).fetchone()
+    count = moved[0] if moved else 0
+    if target is not None:
+        conn.execute(
+            "INSERT INTO relations (source_id, target_id, relation, relation_raw, document_id, count, evidence, "
+            "extractor) SELECT s, t, relation, relation_raw, document_id, count, evidence, extractor FROM ("
+            "  SELECT CASE WHEN extractor = 'cooccurrence' THEN least(a, b) ELSE a END AS s,"
+            "         CASE WHEN extractor = 'cooccurrence' THEN greatest(a, b) ELSE b END AS t, r.* FROM ("
+            "    SELECT CASE WHEN source_id = %(src)s THEN %(dst)s ELSE source_id END AS a,"
+            "           CASE WHEN target_id = %(src)s THEN %(dst)s ELSE target_id END AS b, relation, relation_raw,"
+            "           document_id, count, evidence, extractor FROM relations"
+            "    WHERE document_id = %(doc)s AND (source_id = %(src)s OR target_id = %(src)s)) r) m WHERE s <> t "
+            "ON CONFLICT (source_id, target_id, relation, relation_raw, document_id) "
+            "DO UPDATE SET count = relations.count + EXCLUDED.count",
+            {"src": source, "dst": target, "doc": document_id})
+        conn.execute("INSERT INTO entity_sources (entity_id, document_id, mentions) VALUES (%s, %s, %s) "
+                     "ON CONFLICT (entity_id, document_id) DO UPDATE SET mentions = entity_sources.mentions + "
+                     "EXCLUDED.mentions", (target, document_id, count))
+        conn.execute("UPDATE entities SET mentions = mentions + %s, updated_at = now() WHERE id = %s",
+                     (count, target))
+    conn.execute("DELETE FROM relations WHERE document_id = %s AND (source_id = %s OR target_id = %s)",
+                 (document_id, source, source))
+    conn.execute("UPDATE entities SET mentions = greatest(0, mentions - %s) WHERE id = %s", (count, source))
+    orphan = conn.execute("DELETE FROM entities e WHERE id = %s AND NOT EXISTS (SELECT 1 FROM entity_sources s "
+                          "WHERE s.entity_id = e.id) RETURNING name_norm", (source,)).fetchone()
+    if orphan and target is not None:
+        conn.execute("INSERT INTO entity_aliases (alias_norm, entity_id, alias) VALUES (%s, %s, %s) "
+                     "ON CONFLICT (alias_norm) DO NOTHING", (orphan[0], target, alias))
+
+
 def forget_document(conn, document_id: int) -> None:
     """Remove one file's contributions (before re-extraction), keeping other files' intact."""
+    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
     touched = [r[0] for r in conn.execute(
         "DELETE FROM entity_sources WHERE document_id = %s RETURNING entity_id", (document_id,)).fetchall()]
     conn.execute("DELETE FROM relations WHERE document_id = %s", (document_id,))
@@ -272,6 +399,10 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
             e, r = write_graph(conn, doc["id"], graphs)
             more = conn.execute("SELECT EXISTS (SELECT 1 FROM passages WHERE document_id = %s AND summary_level = 0 "
                                 "AND NOT removed AND kind NOT IN ('toc', 'boilerplate') AND ordinal > %s)", (doc["id"], last)).fetchone()[0]
+            if not more:
+                merged, unclear = resolve_within_file(conn, doc["id"])
+                result.figures["merged_names"] = merged
+                result.figures["ambiguous_names"] = unclear
             conn.execute("UPDATE kg_progress SET next_ordinal = %s, passages_done = passages_done + %s, "
                          "updated_at = now(), completed_at = CASE WHEN %s THEN NULL ELSE now() END "
                          "WHERE document_id = %s", (last + 1, len(rows), more, doc["id"]))
@@ -283,7 +414,7 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
         result.reason = "budget reached; resumes next run"
     if unsupported:
         result.reason = f"{unsupported} passages in a language without an offline extractor"
-    result.figures = {"passages": done, "entities": entities, "relations": relations,
+    result.figures = {**result.figures, "passages": done, "entities": entities, "relations": relations,
                       "extract_seconds": round(extract_seconds, 3), "extractor": extractor,
                       "seconds": round(time.perf_counter() - started, 3)}
     return result
