@@ -182,7 +182,8 @@ def test_lookup_of_partial_and_misspelt_names(library):
     names = [partial["entity"]["name"]] if partial["status"] == "found" else [c["name"] for c in partial["candidates"]]
     assert "Irene Adler" in names
     assert typo["status"] == "found" and typo["entity"]["name"] == "Irene Adler"
-    assert absent["found"] is False and "covers only the files extracted" in absent["note"]
+    assert absent["found"] is False and "no entity by that name" in absent["note"]
+    assert absent["coverage"]["files_pending"] == 0 and "every ingested file is extracted" in absent["note"]
 
 
 def test_graph_tools_over_mcp(library):

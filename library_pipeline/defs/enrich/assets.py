@@ -28,9 +28,24 @@ from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
 GROUP = "enrich"
 ENRICH_TAGS = {LANE_TAG: "enrich"}
-# Newly registered files and files whose passages changed; waits while the file's
-# ingest is in progress or has not produced passages yet.
-FOLLOWS_INGEST = dg.AutomationCondition.eager()
+# Dagster's eager() plus the backlog: eager() requests only partitions that become
+# missing after its first evaluation, and `library up` ingests the library before the
+# daemon's first tick, so with eager() alone a fresh library was never enriched
+# (measured: 0 partitions requested). On the first evaluation every file still
+# missing its tree / graph is requested too. Then: new files and files whose
+# passages changed (their embeddings partition materialised), never while the
+# file's ingest is in progress or before it has passages.
+_ = dg.AutomationCondition
+FOLLOWS_INGEST = (
+    _.in_latest_time_window()
+    # since(...) rather than since_last_handled(): the latter counts the initial
+    # evaluation as handled, which is what drops the backlog
+    & (_.newly_missing() | _.any_deps_updated() | (_.missing() & _.initial_evaluation())).since(
+        _.newly_requested() | _.newly_updated())
+    & ~_.any_deps_missing()
+    & ~_.any_deps_in_progress()
+    & ~_.in_progress()
+).with_label("follows ingest")
 
 
 class RaptorConfig(dg.Config):

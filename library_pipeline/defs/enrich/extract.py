@@ -66,8 +66,11 @@ class PassageGraph:
 # Forms of address that name a person without being part of the name: "Mr. Hyde",
 # "Edward Hyde" and "Hyde" are one man. Measured on the Sherlock Holmes EPUB before
 # this: "Mr. Holmes", "Holmes" and "Sherlock Holmes" were three entities.
-HONORIFIC = re.compile(r"^(?:mr|mrs|ms|miss|dr|sir|mister|madame|madam|mme|mlle|monsieur|"
-                       r"господин|госпожа|г-н|г-жа)\.?\s+(?=\w)", re.IGNORECASE)
+# Ranks count as forms of address too ("Colonel Lysander Stark", «капитан Миронов»).
+HONORIFIC = re.compile(r"^(?:mr|mrs|ms|miss|dr|sir|mister|madame|madam|mme|mlle|monsieur|lord|lady|colonel|"
+                       r"captain|inspector|sergeant|major|general|professor|count|countess|"
+                       r"господин|госпожа|г-н|г-жа|капитан|генерал|майор|поручик|сержант|капрал|урядник|"
+                       r"отец|граф|князь|княгиня|графиня)\.?\s+(?=\w)", re.IGNORECASE)
 
 
 def clean_name(text: str) -> str | None:
@@ -108,7 +111,10 @@ def tidy_person(name: str) -> str | None:
     words = keep if any(w[:1].isupper() for w in keep) else words
     while len(words) > 1 and (words[0].lower() in _LEAD_WORDS or (len(words[0]) == 1 and words[0].isalpha())):
         words = words[1:]
-    return clean_name(" ".join(words))
+    while len(words) > 1 and words[-1][:1].islower():   # "Alice and"
+        words = words[:-1]
+    name = clean_name(" ".join(words))
+    return person_name(name) or name if name else None
 
 
 def person_name(text: str) -> str | None:
