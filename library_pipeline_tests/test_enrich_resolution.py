@@ -22,7 +22,7 @@ from serving.mcp_server import build_server
 from serving.runtime import Library
 
 FRANKENSTEIN = """\
-Victor Frankenstein was born in Geneva. His father, Alphonse Frankenstein, was a respected magistrate of the city.
+Victor Frankenstein was born in Geneva. His father was a respected magistrate of the city.
 
 Victor Frankenstein studied natural philosophy at Ingolstadt. In the laboratory, Victor worked through the nights.
 "I have created a being," said Victor. Frankenstein wrote to his friend Henry Clerval every week.
