@@ -20,6 +20,7 @@ from library_pipeline.defs.enrich import enrich_automation
 from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
 from library_pipeline.defs.ingest.extract import extract_file
 from library_pipeline.ingest_runner import run_ingest
+from library_pipeline.up import enrichment_progress
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY
 from library_pipeline_tests.enrich_fixtures import partition_keys, run_assets
 
@@ -48,6 +49,8 @@ def test_an_ingest_brings_enrichment_without_a_command(make_db, tmp_path):
         summary = run_ingest(db, progress=False, instance=instance)
         assert summary["ingested"] == 1, summary
         (key,) = partition_keys(db, ["alice.txt"])
+        # what `library up` prints while the daemon works
+        assert enrichment_progress(db).startswith("enrichment in progress: summary trees 0/1 files, graph 0/1 files")
 
         # the automation sensor's tick, evaluated as the daemon does
         tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
@@ -61,6 +64,7 @@ def test_an_ingest_brings_enrichment_without_a_command(make_db, tmp_path):
             done = conn.execute("SELECT count(*) FROM kg_progress WHERE completed_at IS NOT NULL").fetchone()[0]
             alice = conn.execute("SELECT mentions FROM entities WHERE name_norm = 'alice'").fetchone()
         assert built == 1 and done == 1
+        assert enrichment_progress(db).startswith("enrichment complete: summary trees 1/1 files, graph 1/1 files")
         assert alice is not None and alice[0] > 10
 
         # handled: the next tick asks for nothing
