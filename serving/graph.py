@@ -22,7 +22,7 @@ import psycopg
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
-from serving.ontology import ENTITY_TYPES, RELATION_TYPES
+from serving.ontology import ENTITY_TYPES, FORM_OF_ADDRESS, RELATION_TYPES
 
 MAX_HOPS = 3
 MAX_LIMIT = 200
@@ -71,10 +71,18 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     which return candidates unless exactly one entity fits."""
     if not isinstance(name, str) or not name.strip():
         raise GraphError("name must be a non-empty string")
-    norm = conn.execute("SELECT kg_normalise_name(%s)", (name[:200],)).fetchone()[0]
+    # "Mr. Hyde" is looked up as written first, then without the form of address
+    bare = FORM_OF_ADDRESS.sub("", name.strip()[:200], count=1)
+    norm, bare_norm = conn.execute("SELECT kg_normalise_name(%s), kg_normalise_name(%s)",
+                                   (name[:200], bare)).fetchone()
     row = conn.execute("SELECT id, 'exact' FROM entities WHERE name_norm = %s UNION ALL "
                        "SELECT entity_id, 'alias' FROM entity_aliases WHERE alias_norm = %s LIMIT 1",
                        (norm, norm)).fetchone()
+    if row is None and bare_norm != norm and bare_norm:
+        norm = bare_norm
+        row = conn.execute("SELECT id, 'exact' FROM entities WHERE name_norm = %s UNION ALL "
+                           "SELECT entity_id, 'alias' FROM entity_aliases WHERE alias_norm = %s LIMIT 1",
+                           (norm, norm)).fetchone()
     if row:
         return {"status": "found", "matched": row[1], "entity": _entities(conn, [row[0]])[row[0]], "candidates": []}
     # a short name a file shares between several full names ("Stoner": Helen and Julia)

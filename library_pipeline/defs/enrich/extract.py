@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from serving.generation import GenerationError, TextGenerator
-from serving.ontology import ENTITY_TYPES, RELATION_TYPES, relation_type
+from serving.ontology import ENTITY_TYPES, FORM_OF_ADDRESS, RELATION_TYPES, relation_type
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,7 @@ class PassageGraph:
 # Forms of address that name a person without being part of the name: "Mr. Hyde",
 # "Edward Hyde" and "Hyde" are one man. Measured on the Sherlock Holmes EPUB before
 # this: "Mr. Holmes", "Holmes" and "Sherlock Holmes" were three entities.
-# Ranks count as forms of address too ("Colonel Lysander Stark", «капитан Миронов»).
-HONORIFIC = re.compile(r"^(?:mr|mrs|ms|miss|dr|sir|mister|madame|madam|mme|mlle|monsieur|lord|lady|colonel|"
-                       r"captain|inspector|sergeant|major|general|professor|count|countess|"
-                       r"господин|госпожа|г-н|г-жа|капитан|генерал|майор|поручик|сержант|капрал|урядник|"
-                       r"отец|граф|князь|княгиня|графиня)\.?\s+(?=\w)", re.IGNORECASE)
+HONORIFIC = FORM_OF_ADDRESS
 
 
 def clean_name(text: str) -> str | None:
