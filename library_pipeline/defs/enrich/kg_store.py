@@ -376,6 +376,10 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
         with db.connect() as conn:
             rows = conn.execute(PASSAGES_SQL, (doc["id"], position, min(batch, budget - done))).fetchall()
         if not rows:
+            # nothing (left) to read, e.g. a file that is all licence text: done, not pending forever
+            with db.transaction() as conn:
+                conn.execute("UPDATE kg_progress SET completed_at = now(), updated_at = now() "
+                             "WHERE document_id = %s AND version = %s AND completed_at IS NULL", (doc["id"], version))
             break
         t = time.perf_counter()
         graphs: list[PassageGraph] = []
