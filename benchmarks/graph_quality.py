@@ -66,7 +66,9 @@ def book_entities(conn, document_id: int) -> list[dict]:
 
 def score_book(conn, document_id: int, gold: dict) -> dict:
     main = {person: set(normalise(conn, names).values()) for person, names in gold["persons"].items()}
-    minor = {name: {n} for name, n in normalise(conn, gold["minor"]).items()}
+    minor_names = [n for person in gold["minor"] for n in person.split("|")]
+    norm = normalise(conn, minor_names)
+    minor = {person: {norm[n] for n in person.split("|")} for person in gold["minor"]}
     people = {**main, **{f"minor:{k}": v for k, v in minor.items()}}
     shared = set(normalise(conn, gold.get("shared") or []).values()) if gold.get("shared") else set()
     entities = book_entities(conn, document_id)

@@ -163,6 +163,19 @@ def _phrase(token) -> str:
     return " ".join(t.text for t in words)
 
 
+_FUNCTION_POS = {"ADV", "INTJ", "DET", "PRON", "CCONJ", "SCONJ", "VERB", "AUX", "PART"}
+
+
+def _without_leading_function_words(span) -> str:
+    """The span's text without the adverbs, interjections and pronouns the small
+    model pulls into a name at a sentence start ("Sometimes Holmes" twice in the
+    Holmes stories: enough to make "Holmes" look shared by two full names)."""
+    tokens = list(span)
+    while len(tokens) > 1 and tokens[0].pos_ in _FUNCTION_POS:
+        tokens = tokens[1:]
+    return span.doc.text[tokens[0].idx: tokens[-1].idx + len(tokens[-1].text)]
+
+
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
     nlp = spacy_model()
     out = []
@@ -172,7 +185,7 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
             spans = [e for e in sent.ents if e.label_ not in SKIP_LABELS]
             named: list[tuple[object, str, str]] = []
             for span in spans:
-                name, label = clean_name(span.text), span.label_
+                name, label = clean_name(_without_leading_function_words(span)), span.label_
                 addressed = person_name(name) if name else None
                 if addressed:
                     name, label = addressed, "PERSON"

@@ -239,6 +239,11 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
                     merges[n] = stem
             continue
         maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
+        # a tagger's one-off beside a real full name does not make a name shared:
+        # "Sometimes Holmes" (2) beside "Sherlock Holmes" (20) had "Holmes" (436)
+        # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts
+        top = max(names[m] for m in maximal)
+        maximal = [m for m in maximal if names[m] * 8 >= top]
         if len(maximal) > 1:
             ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
         # a full name said once never absorbs a name said five times or more: "Alice
