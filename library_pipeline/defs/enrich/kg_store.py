@@ -216,6 +216,15 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
     mentioned five times or more (a tagger's one-off like "Holmes Watson")."""
     # initials do not make a name longer: «а и швабрин» is «швабрин»
     keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1) or (n,) for n in names}
+    # a lone Russian surname in an oblique case the lemmatiser did not know («Швабрина»,
+    # 34 mentions beside «Швабрин», 68) is the name said at least as often without the
+    # ending; only lone names: inside a full name («Марья Миронова») the ending is hers
+    for n in names:
+        if re.fullmatch(r"[а-я]{4,}", n):
+            stem = next((n[:-len(e)] for e in ("ым", "ом", "а", "у", "е") if n.endswith(e)
+                         and n[:-len(e)] in names and names[n[:-len(e)]] >= names[n]), None)
+            if stem:
+                keys[n] = keys[stem]
     merges: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
     canonical: dict[tuple[str, ...], str] = {}
@@ -229,14 +238,6 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
         longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()]
         if not longer:
-            if re.fullmatch(r"[а-я]+", n):
-                # a lone Russian surname in an oblique case the lemmatiser did not know
-                # («Швабрина», 32 mentions beside «Швабрин», 64): the shorter name said
-                # at least as often is the nominative
-                stem = next((n[:-len(e)] for e in ("ым", "ом", "а", "у", "е") if n.endswith(e)
-                             and n[:-len(e)] in names and names[n[:-len(e)]] >= names[n]), None)
-                if stem:
-                    merges[n] = stem
             continue
         maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
         # a tagger's one-off beside a real full name does not make a name shared:
