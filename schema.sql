@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS pages (
 CREATE TABLE IF NOT EXISTS chunks (
     document_id  bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
     ordinal      integer NOT NULL,
-    kind         text NOT NULL DEFAULT 'text' CHECK (kind IN ('text', 'toc')),
+    kind         text NOT NULL DEFAULT 'text',   -- text | toc | boilerplate (constraint below)
     page_start   integer,
     page_end     integer,
     heading      text,
@@ -63,6 +63,12 @@ CREATE TABLE IF NOT EXISTS chunks (
     content_hash text NOT NULL,
     PRIMARY KEY (document_id, ordinal)
 );
+-- `boilerplate`: licence and publisher text (the Project Gutenberg header and
+-- licence), kept and searchable on request but never fed to the graph or the
+-- summaries. Dropped and re-added by name so that databases created with the
+-- older two-kind constraint get the new one (chunks is a staging table: cheap).
+ALTER TABLE chunks DROP CONSTRAINT IF EXISTS chunks_kind_check;
+ALTER TABLE chunks ADD CONSTRAINT chunks_kind_check CHECK (kind IN ('text', 'toc', 'boilerplate'));
 
 -- Everything searchable: verbatim chunks (summary_level = 0), RAPTOR
 -- summaries (> 0), vault note sections, memory artifacts.
@@ -71,7 +77,7 @@ CREATE TABLE IF NOT EXISTS passages (
     document_id    bigint REFERENCES documents(id) ON DELETE CASCADE,  -- NULL for memories
     source         text NOT NULL DEFAULT 'library' CHECK (source IN ('library', 'vault', 'memory')),
     ordinal        integer NOT NULL DEFAULT 0,
-    kind           text NOT NULL DEFAULT 'text',   -- text | toc | summary | note | memory
+    kind           text NOT NULL DEFAULT 'text',   -- text | toc | boilerplate | summary | note | memory
     summary_level  integer NOT NULL DEFAULT 0,
     summarises     bigint[],                      -- passage ids a summary covers
     page_start     integer,
@@ -581,6 +587,18 @@ CREATE INDEX IF NOT EXISTS entities_type_idx ON entities (type, mentions DESC);
 CREATE TABLE IF NOT EXISTS entity_aliases (
     alias_norm  text PRIMARY KEY,
     entity_id   bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE
+);
+-- the alias as written ("Holmes", «Петр Андреич»), for display
+ALTER TABLE entity_aliases ADD COLUMN IF NOT EXISTS alias text;
+CREATE INDEX IF NOT EXISTS entity_aliases_entity_idx ON entity_aliases (entity_id);
+
+-- A short name shared by several full names of one file ("Stoner": Helen and
+-- Julia Stoner): no entity of its own there; a lookup answers with these candidates.
+CREATE TABLE IF NOT EXISTS entity_alias_candidates (
+    alias_norm   text NOT NULL,
+    entity_id    bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    document_id  bigint NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    PRIMARY KEY (alias_norm, entity_id, document_id)
 );
 
 -- Which files mention an entity, how often: source_count = rows here.

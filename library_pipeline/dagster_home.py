@@ -35,6 +35,10 @@ RUN_QUEUE = {
 }
 
 
+ENRICH_POOL = "enrich"
+POOLS = {"default_limit": 1, "granularity": "run"}
+
+
 def prepare_dagster_home(db: Database) -> Path:
     """Write DAGSTER_HOME/dagster.yaml for this database and export DAGSTER_HOME."""
     home = Path(os.environ.get("DAGSTER_HOME") or db.settings.home / "dagster")
@@ -46,11 +50,13 @@ def prepare_dagster_home(db: Database) -> Path:
     postgres_url = url if db.embedded else {"env": "LIBRARY_DAGSTER_PG_URL"}
     config = {
         "storage": {"postgres": {"postgres_url": postgres_url}},
-        "run_coordinator": {
-            "module": "dagster.core.run_coordinator",
-            "class": "QueuedRunCoordinator",
-            "config": RUN_QUEUE,
-        },
+        "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
+        # run limits live here once `concurrency` is used (Dagster refuses them in
+        # the run coordinator's config then). Pools: the enrich assets (pool
+        # "enrich") get one slot, checked by the run queue before a run starts
+        # (granularity "run"), so automation may queue enrich runs after every
+        # ingest without two of them ever competing with ingestion for the 2 cores.
+        "concurrency": {"runs": RUN_QUEUE, "pools": POOLS},
         # step stdout/stderr viewable in the UI's run page (without it the
         # instance page showed `compute_logs: NoneType`)
         "compute_logs": {

@@ -108,6 +108,32 @@ def _check_ports(webserver_port: int, mcp_port: int | None) -> None:
             raise StartError(f"the {what} {port} on 127.0.0.1 is already in use")
 
 
+PROGRESS_EVERY_S = 5.0
+
+
+def enrichment_progress(db: Database) -> str | None:
+    """One line on how far the summaries and the graph have followed the ingest
+    (the automation sensor launches them after `dagster dev` starts), or None
+    when there is nothing to enrich."""
+    from serving.graph import coverage
+
+    with db.connect() as conn:
+        cov = coverage(conn)
+        trees = conn.execute(
+            "SELECT count(*) FROM documents d JOIN raptor_builds b ON b.document_id = d.id AND b.version = d.version "
+            "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()[0]
+        done, total = conn.execute(
+            "SELECT coalesce(sum(k.passages_done), 0)::int, coalesce(sum(k.passages_total), 0)::int "
+            "FROM kg_progress k JOIN documents d ON d.id = k.document_id AND k.version = d.version "
+            "WHERE d.status = 'ingested'").fetchone()
+    files = cov["files_ingested"]
+    if not files:
+        return None
+    state = "complete" if trees == files and cov["files_extracted"] == files else "in progress"
+    return (f"enrichment {state}: summary trees {trees}/{files} files, graph {cov['files_extracted']}/{files} "
+            f"files ({done}/{total} passages of started files)")
+
+
 def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
     _check_ports(webserver_port, mcp_port if mcp else None)
     settings = Settings.from_env()
@@ -141,11 +167,22 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
                                              "--host", "127.0.0.1", "--port", str(mcp_port)], env, logdir)
         print(f"Dagster UI: http://127.0.0.1:{webserver_port}   MCP (streamable HTTP): "
               f"http://127.0.0.1:{mcp_port}/mcp   logs: {logdir}   Ctrl-C stops everything", flush=True)
+        last_line, next_poll = None, 0.0
         while True:
             for name, proc in children.items():
                 if proc.poll() is not None:
                     log.error("%s exited with code %s; see %s", name, proc.returncode, logdir / f"{name}.log")
                     return proc.returncode or 1
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + PROGRESS_EVERY_S
+                try:
+                    line = enrichment_progress(db)
+                except Exception as exc:  # progress is a courtesy: never stop the services over it
+                    log.debug("enrichment progress unavailable: %s", exc)
+                    line = None
+                if line and line != last_line:
+                    print(line, flush=True)
+                    last_line = line
             time.sleep(1.0)
     except (KeyboardInterrupt, _Stop) as reason:
         log.info("stopping (%s)", reason or "interrupt")

@@ -139,7 +139,8 @@ def test_paths_between_entities(library):
         ambiguous = graph.path(conn, "Irene Adler", "zzzz-no-such")
     assert direct["found"] and direct["hops"] == 1
     step = direct["paths"][0][0]
-    assert {step["from"], step["to"]} == {"Irene Adler", "Holmes"}
+    # "Holmes" is an alias of the one full name the story gives him
+    assert {step["from"], step["to"]} == {"Irene Adler", "Sherlock Holmes"}
     assert not far["found"] and "3 hops" in far["note"]  # two books, no shared names
     assert not ambiguous["found"] and ambiguous["which"] == "target"
     with library.connect() as conn:
@@ -165,9 +166,9 @@ def test_subgraph_and_aggregates(library):
         connected = graph.most_connected(conn, limit=5)
         stats = graph.stats(conn)
     names = {n["name"] for n in sub["nodes"]}
-    assert sub["center"]["name"] == "Holmes" and 2 <= len(names) <= 11
+    assert sub["center"]["name"] == "Sherlock Holmes" and 2 <= len(names) <= 11
     assert all(e["source"] in names and e["target"] in names for e in sub["edges"])
-    assert any("Holmes" in (e["source"], e["target"]) for e in sub["edges"])
+    assert any("Sherlock Holmes" in (e["source"], e["target"]) for e in sub["edges"])
     assert len(deeper["nodes"]) >= len(sub["nodes"])
     assert connected[0]["degree"] >= connected[-1]["degree"]
     assert stats["files_extracted"] == 2 and set(stats["entity_types"]) <= set(graph.ENTITY_TYPES)
@@ -182,7 +183,8 @@ def test_lookup_of_partial_and_misspelt_names(library):
     names = [partial["entity"]["name"]] if partial["status"] == "found" else [c["name"] for c in partial["candidates"]]
     assert "Irene Adler" in names
     assert typo["status"] == "found" and typo["entity"]["name"] == "Irene Adler"
-    assert absent["found"] is False and "covers only the files extracted" in absent["note"]
+    assert absent["found"] is False and "no entity by that name" in absent["note"]
+    assert absent["coverage"]["files_pending"] == 0 and "every ingested file is extracted" in absent["note"]
 
 
 def test_graph_tools_over_mcp(library):

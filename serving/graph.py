@@ -22,7 +22,7 @@ import psycopg
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
-from serving.ontology import ENTITY_TYPES, RELATION_TYPES
+from serving.ontology import ENTITY_TYPES, FORM_OF_ADDRESS, RELATION_TYPES
 
 MAX_HOPS = 3
 MAX_LIMIT = 200
@@ -71,11 +71,30 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     which return candidates unless exactly one entity fits."""
     if not isinstance(name, str) or not name.strip():
         raise GraphError("name must be a non-empty string")
-    norm = conn.execute("SELECT kg_normalise_name(%s)", (name[:200],)).fetchone()[0]
-    row = conn.execute("SELECT id FROM entities WHERE name_norm = %s UNION ALL "
-                       "SELECT entity_id FROM entity_aliases WHERE alias_norm = %s LIMIT 1", (norm, norm)).fetchone()
+    # "Mr. Hyde" is looked up as written first, then without the form of address
+    bare = FORM_OF_ADDRESS.sub("", name.strip()[:200], count=1)
+    norm, bare_norm = conn.execute("SELECT kg_normalise_name(%s), kg_normalise_name(%s)",
+                                   (name[:200], bare)).fetchone()
+    row = conn.execute("SELECT id, 'exact' FROM entities WHERE name_norm = %s UNION ALL "
+                       "SELECT entity_id, 'alias' FROM entity_aliases WHERE alias_norm = %s LIMIT 1",
+                       (norm, norm)).fetchone()
+    if row is None and bare_norm != norm and bare_norm:
+        norm = bare_norm
+        row = conn.execute("SELECT id, 'exact' FROM entities WHERE name_norm = %s UNION ALL "
+                           "SELECT entity_id, 'alias' FROM entity_aliases WHERE alias_norm = %s LIMIT 1",
+                           (norm, norm)).fetchone()
     if row:
-        return {"status": "found", "matched": "exact", "entity": _entities(conn, [row[0]])[row[0]], "candidates": []}
+        return {"status": "found", "matched": row[1], "entity": _entities(conn, [row[0]])[row[0]], "candidates": []}
+    # a short name a file shares between several full names ("Stoner": Helen and Julia)
+    shared = [r[0] for r in conn.execute(
+        "SELECT DISTINCT c.entity_id FROM entity_alias_candidates c JOIN documents d ON d.id = c.document_id "
+        "AND d.status <> 'removed' WHERE c.alias_norm = %s", (norm,)).fetchall()]
+    if shared:
+        found = _entities(conn, shared)
+        candidates = sorted(found.values(), key=lambda e: (-e["mentions"], e["name"]))
+        if len(candidates) == 1:
+            return {"status": "found", "matched": "alias", "entity": candidates[0], "candidates": []}
+        return {"status": "ambiguous", "matched": "shared name", "entity": None, "candidates": candidates[:10]}
     ids: list[int] = []
     if max_edits(norm):
         # a misspelling of exactly one name resolves to it, like the write path does
@@ -133,12 +152,42 @@ def _edges(conn: psycopg.Connection, entity_id: int, relation: str | None, direc
              "files": r[5], "count": r[6], "relation_raw": sorted(r[7]), "evidence": r[8]} for r in rows]
 
 
-def _not_found(resolution: dict, name: str) -> dict:
-    out = {"found": False, "query": name, "status": resolution["status"], "candidates": resolution["candidates"]}
-    out["note"] = ("several entities match; call again with one of the candidate names"
-                   if resolution["status"] == "ambiguous" else
-                   "no entity by that name in the graph (the graph covers only the files extracted so far)")
+def coverage(conn: psycopg.Connection) -> dict[str, Any]:
+    """How much of the library the graph is built from: files whose extraction is
+    complete for their current version, of the ingested library files."""
+    complete, ingested, passages_done, passages_total = conn.execute(
+        "SELECT count(*) FILTER (WHERE k.completed_at IS NOT NULL AND k.version = d.version), count(*), "
+        "coalesce(sum(k.passages_done) FILTER (WHERE k.version = d.version), 0)::int, "
+        "coalesce(sum(k.passages_total) FILTER (WHERE k.version = d.version), 0)::int "
+        "FROM documents d LEFT JOIN kg_progress k ON k.document_id = d.id "
+        "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
+    out = {"files_extracted": complete, "files_ingested": ingested, "files_pending": ingested - complete}
+    if ingested - complete:
+        out["note"] = (f"the graph is built from {complete} of {ingested} ingested files; {ingested - complete} "
+                       f"pending (extraction follows each ingest by itself; {passages_done} of {passages_total} "
+                       "passages of started files done): answers cover the files done so far")
     return out
+
+
+def _not_found(conn: psycopg.Connection, resolution: dict, name: str) -> dict:
+    out = {"found": False, "query": name, "status": resolution["status"], "candidates": resolution["candidates"]}
+    cov = coverage(conn)
+    if resolution["status"] == "ambiguous":
+        out["note"] = "several entities match; call again with one of the candidate names"
+    elif cov["files_ingested"] == 0:
+        out["note"] = "the library has no ingested files yet, so the graph is empty"
+    elif cov["files_pending"]:
+        out["note"] = (f"no entity by that name among the {cov['files_extracted']} of {cov['files_ingested']} files "
+                       "extracted so far; the others are pending, so try again later or use library_search")
+    else:
+        out["note"] = "no entity by that name in the graph (every ingested file is extracted)"
+    out["coverage"] = cov
+    return out
+
+
+def _aliases(conn: psycopg.Connection, entity_id: int) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT coalesce(alias, alias_norm) FROM entity_aliases WHERE entity_id = %s ORDER BY 1", (entity_id,))]
 
 
 def entity(conn: psycopg.Connection, name: str, *, limit: int = 10) -> dict[str, Any]:
@@ -146,13 +195,13 @@ def entity(conn: psycopg.Connection, name: str, *, limit: int = 10) -> dict[str,
     limit = _limit(limit)
     res = resolve(conn, name)
     if res["status"] != "found":
-        return _not_found(res, name)
+        return _not_found(conn, res, name)
     e = res["entity"]
     files = [r[0] for r in conn.execute(
         "SELECT d.path FROM entity_sources s JOIN documents d ON d.id = s.document_id WHERE s.entity_id = %s "
         "AND d.status <> 'removed' ORDER BY s.mentions DESC, d.path LIMIT 10", (e["id"],)).fetchall()]
-    return {"found": True, "matched": res["matched"], **e, "files": files,
-            "relations": _edges(conn, e["id"], None, "both", limit)}
+    return {"found": True, "matched": res["matched"], **e, "aliases": _aliases(conn, e["id"]), "files": files,
+            "relations": _edges(conn, e["id"], None, "both", limit), "coverage": coverage(conn)}
 
 
 def related(conn: psycopg.Connection, name: str, *, relation: str | None = None, direction: str = "both",
@@ -165,9 +214,9 @@ def related(conn: psycopg.Connection, name: str, *, relation: str | None = None,
         raise GraphError("direction must be 'out', 'in' or 'both'")
     res = resolve(conn, name)
     if res["status"] != "found":
-        return _not_found(res, name)
+        return _not_found(conn, res, name)
     return {"found": True, "entity": res["entity"], "relation": relation, "direction": direction,
-            "related": _edges(conn, res["entity"]["id"], relation, direction, limit)}
+            "related": _edges(conn, res["entity"]["id"], relation, direction, limit), "coverage": coverage(conn)}
 
 
 _NEIGHBOURS_SQL = """
@@ -209,7 +258,7 @@ def path(conn: psycopg.Connection, source: str, target: str, *, max_hops: int = 
     a, b = resolve(conn, source), resolve(conn, target)
     for res, name in ((a, source), (b, target)):
         if res["status"] != "found":
-            return {**_not_found(res, name), "which": "source" if res is a else "target"}
+            return {**_not_found(conn, res, name), "which": "source" if res is a else "target"}
     start, goal = a["entity"]["id"], b["entity"]["id"]
     if start == goal:
         return {"found": True, "hops": 0, "source": a["entity"], "target": b["entity"], "paths": []}
@@ -226,8 +275,11 @@ def path(conn: psycopg.Connection, source: str, target: str, *, max_hops: int = 
         parents.update(layer)
         frontier = list(layer)
     if goal not in parents:
+        cov = coverage(conn)
         return {"found": False, "source": a["entity"], "target": b["entity"], "hops": None, "paths": [],
-                "note": f"no path of {max_hops} hops or fewer in the graph extracted so far"}
+                "note": f"no path of {max_hops} hops or fewer in the graph extracted so far"
+                        + (f" ({cov['files_pending']} of {cov['files_ingested']} files pending)"
+                           if cov["files_pending"] else ""), "coverage": cov}
 
     def walk(node: int) -> list[list[tuple[int, int, dict]]]:
         if node == start:
@@ -246,7 +298,8 @@ def path(conn: psycopg.Connection, source: str, target: str, *, max_hops: int = 
                "direction": e["direction"], "to": names[t]["name"], "to_type": names[t]["type"],
                "files": e["files"], "count": e["count"]} for s, t, e in p] for p in found]
     paths.sort(key=lambda p: -min(step["files"] for step in p))
-    return {"found": True, "source": a["entity"], "target": b["entity"], "hops": hops, "paths": paths}
+    return {"found": True, "source": a["entity"], "target": b["entity"], "hops": hops, "paths": paths,
+            "coverage": coverage(conn)}
 
 
 def subgraph(conn: psycopg.Connection, name: str, *, depth: int = 1, limit: int = 25) -> dict[str, Any]:
@@ -256,7 +309,7 @@ def subgraph(conn: psycopg.Connection, name: str, *, depth: int = 1, limit: int 
     limit = _limit(limit)
     res = resolve(conn, name)
     if res["status"] != "found":
-        return _not_found(res, name)
+        return _not_found(conn, res, name)
     center = res["entity"]["id"]
     chosen = [center]
     ring = [center]
@@ -281,7 +334,7 @@ def subgraph(conn: psycopg.Connection, name: str, *, depth: int = 1, limit: int 
     return {"found": True, "center": nodes[center], "depth": depth,
             "nodes": [nodes[i] for i in chosen if i in nodes],
             "edges": [{"source": nodes[s]["name"], "target": nodes[t]["name"], "relation": rel, "kind": kind,
-                       "files": f, "count": c} for s, t, rel, kind, f, c in edges]}
+                       "files": f, "count": c} for s, t, rel, kind, f, c in edges], "coverage": coverage(conn)}
 
 
 def top_entities(conn: psycopg.Connection, *, type: str | None = None, limit: int = 20) -> list[dict]:
@@ -315,19 +368,22 @@ def stats(conn: psycopg.Connection) -> dict[str, Any]:
     by_type = dict(conn.execute("SELECT type, count(*) FROM entities GROUP BY type ORDER BY 2 DESC").fetchall())
     by_relation = dict(conn.execute("SELECT relation, count(*) FROM relations GROUP BY relation ORDER BY 2 DESC"
                                     ).fetchall())
-    complete, ingested = conn.execute(
-        "SELECT (SELECT count(*) FROM kg_progress k JOIN documents d ON d.id = k.document_id "
-        "WHERE d.status = 'ingested' AND k.completed_at IS NOT NULL AND k.version = d.version), "
-        "(SELECT count(*) FROM documents WHERE source = 'library' AND status = 'ingested')").fetchone()
+    cov = coverage(conn)
+    trees, eligible = conn.execute(
+        "SELECT count(b.document_id) FILTER (WHERE b.version = d.version), count(*) FROM documents d "
+        "LEFT JOIN raptor_builds b ON b.document_id = d.id WHERE d.source = 'library' AND d.status = 'ingested'"
+    ).fetchone()
     return {"entities": entities, "relations": relations, "entity_types": by_type, "relation_types": by_relation,
-            "files_extracted": complete, "files_ingested": ingested}
+            **cov, "summary_trees_current": trees, "summary_trees_pending": eligible - trees}
 
 
 # -- MCP tools (registered by serving.mcp_server.build_server) --------------------------
 
 ENTITY_DESCRIPTION = """\
 Look up a concept, person, place, work or tool in the library's knowledge graph.
-Returns {found, name, type, type_raw, mentions, source_count, files, relations}:
+Any name a person goes by finds them ("Holmes", "Mr. Holmes", "Sherlock Holmes").
+Returns {found, name, aliases, type, type_raw, mentions, source_count, files, relations,
+coverage}:
 `type` is one of a closed vocabulary (""" + ", ".join(ENTITY_TYPES) + """);
 `source_count` is how many files mention it; `relations` are its strongest edges,
 each {direction: out | in | undirected, relation, entity, files, count, relation_raw,
@@ -337,7 +393,10 @@ the two names share sentences (co-occurrence), not a stated relation.
 found = false with `candidates` means the name is ambiguous or only close: call again
 with one candidate's exact name. found = false without candidates means the graph
 has no such entity - the graph covers only the files extracted so far, so that is
-NOT proof the library never mentions it (use library_search for that)."""
+NOT proof the library never mentions it (use library_search for that).
+Every answer carries `coverage` {files_extracted, files_ingested, files_pending, note}:
+extraction follows each ingest by itself, and while files are pending the answer is
+built from the files done so far (the note says how many)."""
 
 RELATED_DESCRIPTION = """\
 One hop in the knowledge graph: entities related to `name`, optionally only one

@@ -70,8 +70,9 @@ cross-encoder when one is configured.
 
 Arguments: query (words, a title, a question); top_k 1-{MAX_TOP_K} (default 10);
 filters (optional object): source ("library" | "vault" | "memory"), path (exact
-document path from library_files), document_id, scope, kind ("text" | "toc" | ...),
-include_removed / include_superseded / include_archived (default false).
+document path from library_files), document_id, scope, kind ("text" | "toc" | ...;
+"boilerplate" = licence / publisher text such as the Project Gutenberg licence, left
+out unless named), include_removed / include_superseded / include_archived (default false).
 
 Each result: source, path, title, location (page / section), kind ("toc" = a table
 of contents), score, lanes, text. `lanes` says which lanes found it and at what rank,

@@ -97,6 +97,14 @@ _RELATION_SYNONYMS: dict[str, str] = {
 
 _NON_WORD = re.compile(r"[^\w+#]+")
 
+# Forms of address and ranks before a name: not part of it. Extraction strips them
+# ("Mr. Hyde" and "Edward Hyde" are one man) and so does a lookup. Ranks count too
+# ("Colonel Lysander Stark", «капитан Миронов»).
+FORM_OF_ADDRESS = re.compile(
+    r"^(?:mr|mrs|ms|miss|dr|sir|mister|madame|madam|mme|mlle|monsieur|lord|lady|colonel|captain|inspector|"
+    r"sergeant|major|general|professor|count|countess|господин|госпожа|г-н|г-жа|капитан|генерал|майор|"
+    r"поручик|сержант|капрал|урядник|отец|граф|князь|княгиня|графиня)\.?\s+(?=\w)", re.IGNORECASE)
+
 
 def _key(label: str) -> str:
     """`Part of`, `part-of`, ` PART_OF ` -> `part_of`."""

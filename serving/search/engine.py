@@ -181,6 +181,14 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             summaries = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=cfg.summaries_k,
                                     summaries=True, exact=bool(filters.document_ids))
             stages["summaries"], timings["summaries"] = summaries.status, summaries.ms
+            pending = conn.execute(
+                "SELECT count(*) FILTER (WHERE b.document_id IS NULL OR b.version <> d.version), count(*) "
+                "FROM documents d LEFT JOIN raptor_builds b ON b.document_id = d.id "
+                "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
+            if pending[0]:
+                # summaries follow each ingest by themselves; until then say so, not nothing
+                stages["summaries"] += (f"; summary trees pending for {pending[0]} of {pending[1]} files "
+                                        "(built automatically after ingest)")
 
         use_rerank = cfg.rerank and reranker is not None and not breaker.is_open("rerank") and len(fused) > 1
         t = time.perf_counter()

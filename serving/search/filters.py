@@ -50,6 +50,11 @@ def passage_predicate(filters: SearchFilters, alias: str = "p") -> Predicate:
         if values:
             parts.append(sql.SQL("{} = ANY({})").format(col(column), sql.Placeholder(f"f_{name}")))
             params[f"f_{name}"] = list(values)
+    if not filters.kinds:
+        # licence / publisher text (Project Gutenberg's header and licence) is found
+        # only when asked for by kind: it would otherwise answer every query about
+        # copying, copyright or distribution
+        parts.append(sql.SQL("{} <> 'boilerplate'").format(col("kind")))
     if filters.document_ids:
         parts.append(sql.SQL("{} = ANY({})").format(col("document_id"), sql.Placeholder("f_document_ids")))
         params["f_document_ids"] = list(filters.document_ids)

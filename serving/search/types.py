@@ -53,7 +53,7 @@ class SearchFilters:
     document_ids: tuple[int, ...] | None = None
     paths: tuple[str, ...] | None = None          # exact document paths (as library_files returns them)
     scopes: tuple[str, ...] | None = None         # 'self' | 'department' | 'global'
-    kinds: tuple[str, ...] | None = None          # 'text' | 'toc' | 'note' | 'memory' ...
+    kinds: tuple[str, ...] | None = None          # 'text' | 'toc' | 'note' | 'memory' | 'boilerplate' (only if named)
     include_removed: bool = False
     include_superseded: bool = False
     include_archived: bool = False

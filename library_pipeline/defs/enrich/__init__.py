@@ -18,9 +18,18 @@ enrich_job = dg.define_asset_job(
 NIGHTLY_BUDGET = 5000  # passages per night: ~1 min of English extraction idle, ~2.5 min loaded (docs/enrichment.md)
 
 
-# Running by default: summaries and the graph appear without an operator's step, one
-# budgeted run a night in the enrich lane (concurrency 1, so ingestion is never starved).
-# Not eager automation: runs launched by the automation sensor carry no lane tag.
+# Enrichment follows ingestion: this sensor evaluates the enrich assets' automation
+# conditions (eager: a file's partition as soon as its embeddings are materialised)
+# and launches what they request, in the enrich lane (its run tags) and pool. Running
+# by default, so `library up` / `dagster dev` enrich a fresh library with no command.
+enrich_automation = dg.AutomationConditionSensorDefinition(
+    "enrich_follows_ingest", target=dg.AssetSelection.assets(raptor_tree, knowledge_graph),
+    run_tags=ENRICH_TAGS, default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+    description="Brings summary trees and the graph of every new or changed file up to date after its ingest.")
+
+
+# The safety net: one budgeted run a night over every file, in the enrich lane, for
+# anything automation missed (the daemon was down, a run failed, a budget ran out).
 @dg.schedule(job=enrich_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.RUNNING,
              description=f"Nightly: rebuild stale summary trees and extract up to {NIGHTLY_BUDGET} more passages "
                          "into the graph (resuming where the last run stopped), as one range run.")
@@ -41,4 +50,5 @@ def _llm() -> GeneratorResource:
 
 defs = dg.Definitions(assets=[raptor_tree, knowledge_graph],
                       asset_checks=[kg_vocabulary_closed, kg_no_dangling, raptor_trees_current],
-                      jobs=[enrich_job], schedules=[enrich_nightly], resources={"llm": _llm()})
+                      jobs=[enrich_job], schedules=[enrich_nightly], sensors=[enrich_automation],
+                      resources={"llm": _llm()})

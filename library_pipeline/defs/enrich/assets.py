@@ -1,9 +1,15 @@
 """The enrich stage (group "enrich"): `raptor_tree` and `knowledge_graph`, per
 library file, downstream of `embeddings`.
 
-Both run in the enrich lane (one slot, library_pipeline.dagster_home) so they
-never starve ingestion on 2 cores, and both have `BackfillPolicy.single_run()`
-so a range of files is one run (~0.5 s of run overhead, not ~0.5 s per file).
+Both follow ingestion by themselves: an eager automation condition requests a
+file's partition when its `embeddings` partition is materialised (a new file,
+a changed file, a re-ingest) and the automation sensor (running by default,
+library_pipeline.defs.enrich) launches it. They run in the enrich pool and
+lane (one slot each, library_pipeline.dagster_home), so enrichment never
+starves ingestion on 2 cores, and both have `BackfillPolicy.single_run()`, so
+the files one tick requests are one run (~0.5 s of run overhead, not ~0.5 s
+per file). An unchanged file skips in milliseconds (tree current, graph
+current), so a re-ingest that changed nothing costs nothing here.
 
 No `from __future__ import annotations`: Dagster inspects Config and resource
 annotations at definition time.
@@ -12,7 +18,7 @@ annotations at definition time.
 import dagster as dg
 from pydantic import Field
 
-from library_pipeline.dagster_home import LANE_TAG
+from library_pipeline.dagster_home import ENRICH_POOL, LANE_TAG
 from library_pipeline.defs.enrich.kg_store import collect_orphans, kg_step
 from library_pipeline.defs.enrich.raptor import raptor_step
 from library_pipeline.defs.enrich.resources import GeneratorResource
@@ -22,6 +28,24 @@ from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
 GROUP = "enrich"
 ENRICH_TAGS = {LANE_TAG: "enrich"}
+# Dagster's eager() plus the backlog: eager() requests only partitions that become
+# missing after its first evaluation, and `library up` ingests the library before the
+# daemon's first tick, so with eager() alone a fresh library was never enriched
+# (measured: 0 partitions requested). On the first evaluation every file still
+# missing its tree / graph is requested too. Then: new files and files whose
+# passages changed (their embeddings partition materialised), never while the
+# file's ingest is in progress or before it has passages.
+_ = dg.AutomationCondition
+FOLLOWS_INGEST = (
+    _.in_latest_time_window()
+    # since(...) rather than since_last_handled(): the latter counts the initial
+    # evaluation as handled, which is what drops the backlog
+    & (_.newly_missing() | _.any_deps_updated() | (_.missing() & _.initial_evaluation())).since(
+        _.newly_requested() | _.newly_updated())
+    & ~_.any_deps_missing()
+    & ~_.any_deps_in_progress()
+    & ~_.in_progress()
+).with_label("follows ingest")
 
 
 class RaptorConfig(dg.Config):
@@ -29,8 +53,11 @@ class RaptorConfig(dg.Config):
 
 
 class GraphConfig(dg.Config):
-    budget: int = Field(default=2000, description="Passages extracted per run, over all files of the run; "
-                                                  "files not finished resume in the next run.")
+    # Automated runs take the defaults and no later run is requested for a file left
+    # unfinished, so the default covers a whole library of books in one run (the
+    # example library: ~2,600 passages); the nightly schedule and the CLI set their own.
+    budget: int = Field(default=50000, description="Passages extracted per run, over all files of the run; "
+                                                   "files not finished resume in the next run.")
     batch: int = Field(default=200, description="Passages per committed batch (progress saved with each).")
     restart: bool = Field(default=False, description="Forget progress and extract the files again.")
 
@@ -43,6 +70,8 @@ class GraphConfig(dg.Config):
     kinds={"python", "postgres", "pgvector", "scikitlearn"},
     owners=OWNERS,
     op_tags=ENRICH_TAGS,
+    pool=ENRICH_POOL,
+    automation_condition=FOLLOWS_INGEST,
     description="RAPTOR summary tree per file: k-means clusters of the passage embeddings (~16 per cluster, "
                 "<= 3 levels), each summarised (extractive offline, abstractive with an LLM backend), embedded "
                 "and stored as passages with summary_level > 0, replaced in one transaction.",
@@ -70,6 +99,8 @@ def raptor_tree(context: dg.AssetExecutionContext, config: RaptorConfig, library
     kinds={"python", "postgres", "spacy"},
     owners=OWNERS,
     op_tags=ENRICH_TAGS,
+    pool=ENRICH_POOL,
+    automation_condition=FOLLOWS_INGEST,
     description="Knowledge graph per file, incremental: at most `budget` passages per run, each batch committed "
                 "with its progress (kg_progress). Entities and relations mapped onto the closed ontology "
                 "(serving/ontology.py); names resolved across files (normalised exact, then edit distance <= 2).",

@@ -22,6 +22,7 @@ where the last commit left off.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter, defaultdict
 
@@ -38,7 +39,7 @@ from serving.ontology import entity_type, relation_type
 
 log = logging.getLogger(__name__)
 
-OFFLINE_EXTRACTOR = "offline-v1"   # bump to re-extract every file after changing the offline rules
+OFFLINE_EXTRACTOR = "offline-v2"   # bump to re-extract every file after changing the offline rules
 
 
 def _compatible(a: str, b: str) -> bool:
@@ -176,8 +177,147 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
     return ids
 
 
+# -- resolution within one file -------------------------------------------------------
+#
+# A novel names a person many ways: "Sherlock Holmes" (20 mentions in the Holmes
+# stories), "Holmes" (436), "Mr. Holmes"; «Петр Андреевич Гринев», «Петр Андреич»,
+# «Гринев». Forms of address are stripped at extraction; what is left is merged
+# here, once the whole file is extracted: a shorter person name whose words are
+# an ordered part of exactly one longer person name of the same file becomes an
+# alias of it. A word shared by several full names («Гринев»: the narrator and his
+# father) is ambiguous: its mentions in this file are dropped rather than given
+# to either man, and a lookup of it answers with the candidates.
+
+_PATRONYMIC = re.compile(r"(?:ович|евич|ич|ыч)$")
+
+
+def _word_key(word: str) -> str:
+    """Colloquial and full Russian patronymics compare equal: «андреич» ~
+    «андреевич», «иваныч» ~ «иванович», «кузмич» ~ «кузьмич»."""
+    if len(word) > 5 and re.search(r"[а-я]", word):
+        stem = _PATRONYMIC.sub("", word)
+        if stem != word:
+            return stem.rstrip("еоь").replace("ь", "") + "~"
+    return word
+
+
+def _ordered_part(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
+    if len(short) >= len(long):
+        return False
+    it = iter(long)
+    return all(word in it for word in short)
+
+
+def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Person names of one file (normalised name -> mentions in the file) ->
+    ({name: the name it merges into}, {ambiguous name: candidate full names}).
+    Names with the same words (patronymic forms aside) merge into the most
+    mentioned one; a full name mentioned once does not compete with one
+    mentioned five times or more (a tagger's one-off like "Holmes Watson")."""
+    # initials do not make a name longer: «а и швабрин» is «швабрин»
+    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1) or (n,) for n in names}
+    # a lone Russian surname in an oblique case the lemmatiser did not know («Швабрина»,
+    # 34 mentions beside «Швабрин», 68) is the name said at least as often without the
+    # ending; only lone names: inside a full name («Марья Миронова») the ending is hers
+    for n in names:
+        if re.fullmatch(r"[а-я]{4,}", n):
+            stem = next((n[:-len(e)] for e in ("ым", "ом", "а", "у", "е") if n.endswith(e)
+                         and n[:-len(e)] in names and names[n[:-len(e)]] >= names[n]), None)
+            if stem:
+                keys[n] = keys[stem]
+    merges: dict[str, str] = {}
+    ambiguous: dict[str, list[str]] = {}
+    canonical: dict[tuple[str, ...], str] = {}
+    for n in sorted(names, key=lambda n: (-names[n], n)):
+        canonical.setdefault(keys[n], n)
+    for n in names:
+        if canonical[keys[n]] != n:
+            merges[n] = canonical[keys[n]]
+    heads = [n for n in canonical.values()]
+    for n in heads:
+        # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
+        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()]
+        if not longer:
+            continue
+        maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
+        # a tagger's one-off beside a real full name does not make a name shared:
+        # "Sometimes Holmes" (2) beside "Sherlock Holmes" (20) had "Holmes" (436)
+        # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts
+        top = max(names[m] for m in maximal)
+        maximal = [m for m in maximal if names[m] * 8 >= top]
+        if len(maximal) > 1:
+            ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
+        # a full name said once never absorbs a name said five times or more: "Alice
+        # Rucastle" (1 mention) took "Rucastle" (30), her father
+        elif names[maximal[0]] > 1 or names[n] < 5:
+            merges[n] = maximal[0]
+    for n, target in list(merges.items()):   # follow chains: a -> b -> c
+        seen = {n}
+        while target in merges and target not in seen:
+            seen.add(target)
+            target = merges[target]
+        merges[n] = target
+    for n in ambiguous:
+        merges.pop(n, None)
+    return merges, ambiguous
+
+
+def resolve_within_file(conn, document_id: int) -> tuple[int, int]:
+    """Apply plan_file_merges to this file's person entities. Returns (merged, ambiguous)."""
+    rows = conn.execute(
+        "SELECT e.id, e.name, e.name_norm, s.mentions FROM entity_sources s JOIN entities e ON e.id = s.entity_id "
+        "WHERE s.document_id = %s AND e.type = 'person'", (document_id,)).fetchall()
+    by_norm = {r[2]: (r[0], r[1], r[3]) for r in rows}
+    merges, ambiguous = plan_file_merges({n: v[2] for n, v in by_norm.items()})
+    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
+    for short, full in merges.items():
+        _move_contributions(conn, document_id, by_norm[short][0], by_norm[full][0], by_norm[short][1])
+    for short, fulls in ambiguous.items():
+        _move_contributions(conn, document_id, by_norm[short][0], None, by_norm[short][1])
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO entity_alias_candidates (alias_norm, entity_id, document_id) "
+                            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                            [(short, by_norm[f][0], document_id) for f in fulls])
+    return len(merges), len(ambiguous)
+
+
+def _move_contributions(conn, document_id: int, source: int, target: int | None, alias: str) -> None:
+    """Give `source`'s mentions and edges in this file to `target` (None: drop them);
+    `source` is deleted once no file mentions it, its name then an alias of `target`."""
+    moved = conn.execute("DELETE FROM entity_sources WHERE entity_id = %s AND document_id = %s RETURNING mentions",
+                         (source, document_id)).fetchone()
+    count = moved[0] if moved else 0
+    if target is not None:
+        conn.execute(
+            "INSERT INTO relations (source_id, target_id, relation, relation_raw, document_id, count, evidence, "
+            "extractor) SELECT s, t, relation, relation_raw, document_id, count, evidence, extractor FROM ("
+            "  SELECT CASE WHEN extractor = 'cooccurrence' THEN least(a, b) ELSE a END AS s,"
+            "         CASE WHEN extractor = 'cooccurrence' THEN greatest(a, b) ELSE b END AS t, r.* FROM ("
+            "    SELECT CASE WHEN source_id = %(src)s THEN %(dst)s ELSE source_id END AS a,"
+            "           CASE WHEN target_id = %(src)s THEN %(dst)s ELSE target_id END AS b, relation, relation_raw,"
+            "           document_id, count, evidence, extractor FROM relations"
+            "    WHERE document_id = %(doc)s AND (source_id = %(src)s OR target_id = %(src)s)) r) m WHERE s <> t "
+            "ON CONFLICT (source_id, target_id, relation, relation_raw, document_id) "
+            "DO UPDATE SET count = relations.count + EXCLUDED.count",
+            {"src": source, "dst": target, "doc": document_id})
+        conn.execute("INSERT INTO entity_sources (entity_id, document_id, mentions) VALUES (%s, %s, %s) "
+                     "ON CONFLICT (entity_id, document_id) DO UPDATE SET mentions = entity_sources.mentions + "
+                     "EXCLUDED.mentions", (target, document_id, count))
+        conn.execute("UPDATE entities SET mentions = mentions + %s, updated_at = now() WHERE id = %s",
+                     (count, target))
+    conn.execute("DELETE FROM relations WHERE document_id = %s AND (source_id = %s OR target_id = %s)",
+                 (document_id, source, source))
+    conn.execute("UPDATE entities SET mentions = greatest(0, mentions - %s) WHERE id = %s", (count, source))
+    orphan = conn.execute("DELETE FROM entities e WHERE id = %s AND NOT EXISTS (SELECT 1 FROM entity_sources s "
+                          "WHERE s.entity_id = e.id) RETURNING name_norm", (source,)).fetchone()
+    if orphan and target is not None:
+        conn.execute("INSERT INTO entity_aliases (alias_norm, entity_id, alias) VALUES (%s, %s, %s) "
+                     "ON CONFLICT (alias_norm) DO NOTHING", (orphan[0], target, alias))
+
+
 def forget_document(conn, document_id: int) -> None:
     """Remove one file's contributions (before re-extraction), keeping other files' intact."""
+    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
     touched = [r[0] for r in conn.execute(
         "DELETE FROM entity_sources WHERE document_id = %s RETURNING entity_id", (document_id,)).fetchall()]
     conn.execute("DELETE FROM relations WHERE document_id = %s", (document_id,))
@@ -199,7 +339,8 @@ def collect_orphans(db: Database) -> int:
 
 PASSAGES_SQL = """
 SELECT id, ordinal, content, ts_config::text FROM passages
-WHERE document_id = %s AND summary_level = 0 AND NOT removed AND kind <> 'toc' AND ordinal >= %s
+WHERE document_id = %s AND summary_level = 0 AND NOT removed AND kind NOT IN ('toc', 'boilerplate')
+  AND ordinal >= %s
 ORDER BY ordinal LIMIT %s
 """
 
@@ -214,7 +355,7 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
             return result
         version, total = conn.execute(
             "SELECT version, (SELECT count(*) FROM passages WHERE document_id = d.id AND summary_level = 0 "
-            "AND NOT removed AND kind <> 'toc') FROM documents d WHERE id = %s", (doc["id"],)).fetchone()
+            "AND NOT removed AND kind NOT IN ('toc', 'boilerplate')) FROM documents d WHERE id = %s", (doc["id"],)).fetchone()
         progress = conn.execute("SELECT version, extractor, next_ordinal, completed_at FROM kg_progress "
                                 "WHERE document_id = %s", (doc["id"],)).fetchone()
     if restart or progress is None or progress[0] != version or progress[1] != extractor:
@@ -241,6 +382,10 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
         with db.connect() as conn:
             rows = conn.execute(PASSAGES_SQL, (doc["id"], position, min(batch, budget - done))).fetchall()
         if not rows:
+            # nothing (left) to read, e.g. a file that is all licence text: done, not pending forever
+            with db.transaction() as conn:
+                conn.execute("UPDATE kg_progress SET completed_at = now(), updated_at = now() "
+                             "WHERE document_id = %s AND version = %s AND completed_at IS NULL", (doc["id"], version))
             break
         t = time.perf_counter()
         graphs: list[PassageGraph] = []
@@ -270,7 +415,11 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
                 return result
             e, r = write_graph(conn, doc["id"], graphs)
             more = conn.execute("SELECT EXISTS (SELECT 1 FROM passages WHERE document_id = %s AND summary_level = 0 "
-                                "AND NOT removed AND kind <> 'toc' AND ordinal > %s)", (doc["id"], last)).fetchone()[0]
+                                "AND NOT removed AND kind NOT IN ('toc', 'boilerplate') AND ordinal > %s)", (doc["id"], last)).fetchone()[0]
+            if not more:
+                merged, unclear = resolve_within_file(conn, doc["id"])
+                result.figures["merged_names"] = merged
+                result.figures["ambiguous_names"] = unclear
             conn.execute("UPDATE kg_progress SET next_ordinal = %s, passages_done = passages_done + %s, "
                          "updated_at = now(), completed_at = CASE WHEN %s THEN NULL ELSE now() END "
                          "WHERE document_id = %s", (last + 1, len(rows), more, doc["id"]))
@@ -282,7 +431,7 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
         result.reason = "budget reached; resumes next run"
     if unsupported:
         result.reason = f"{unsupported} passages in a language without an offline extractor"
-    result.figures = {"passages": done, "entities": entities, "relations": relations,
+    result.figures = {**result.figures, "passages": done, "entities": entities, "relations": relations,
                       "extract_seconds": round(extract_seconds, 3), "extractor": extractor,
                       "seconds": round(time.perf_counter() - started, 3)}
     return result

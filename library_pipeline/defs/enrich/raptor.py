@@ -245,6 +245,7 @@ def _abstractive(generator: TextGenerator, title: str | None, members: list[Node
 LEAVES_SQL = """
 SELECT id, ordinal, content, embedding, page_start, page_end, heading
 FROM passages WHERE document_id = %s AND summary_level = 0 AND NOT removed AND embed_model = %s
+  AND kind <> 'boilerplate'
 ORDER BY ordinal
 """
 

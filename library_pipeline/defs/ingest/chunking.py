@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from library_pipeline.defs.ingest.extract import Page
+from library_pipeline.defs.ingest.extract import BOILERPLATE, Page, split_boilerplate
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,13 @@ PARAGRAPH_FILL = 0.6
 FRONT_MATTER_MIN_PAGES = 20
 FRONT_MATTER_SHARE = 0.15
 TOC_LABEL = "Table of contents"
+BOILERPLATE_LABEL = "Licence and publisher notice"
 
 
 @dataclass
 class Chunk:
     ordinal: int
-    kind: str               # "text" | "toc"
+    kind: str               # "text" | "toc" | "boilerplate" (licence / publisher text, not the work)
     page_start: int
     page_end: int
     heading: str | None
@@ -237,15 +238,16 @@ class _Run:
     pages: list[Page]
 
 
-def _runs(pages: list[Page]) -> list[_Run]:
-    limit = front_matter_pages(pages)
+def _runs(pieces: list[tuple[Page, str]]) -> list[_Run]:
+    limit = front_matter_pages([p for p, _ in pieces])
     runs: list[_Run] = []
     previous_toc = False
-    for page in pages:
-        toc = page.page_no <= limit and is_toc_like(page.text, continuation=previous_toc)
-        kind = "toc" if toc else "text"
+    for page, piece_kind in pieces:
+        toc = piece_kind != BOILERPLATE and page.page_no <= limit and is_toc_like(page.text, continuation=previous_toc)
+        kind = BOILERPLATE if piece_kind == BOILERPLATE else "toc" if toc else "text"
         last = runs[-1] if runs else None
-        if last is not None and last.kind == kind and (toc or last.heading == page.heading):
+        # boilerplate is one run whatever its headings: it is never read as the work
+        if last is not None and last.kind == kind and (kind != "text" or last.heading == page.heading):
             last.pages.append(page)
         else:
             runs.append(_Run(kind, page.heading, [page]))
@@ -430,8 +432,11 @@ def chunk_pages(pages: list[Page], *, count_tokens: Callable[[str], int], max_to
     overlap = max(0, min(overlap, target // 2))
     usable = sorted((p for p in pages if p.text and p.text.strip()), key=lambda p: p.page_no)
     chunks: list[Chunk] = []
-    for run in _runs(usable):
-        if run.kind == "toc":
+    for run in _runs(split_boilerplate(usable)):
+        if run.kind == BOILERPLATE:
+            pieces = _text_chunks(run, target, overlap, budget, count)
+            heading = BOILERPLATE_LABEL
+        elif run.kind == "toc":
             pieces = _toc_chunks(run, budget, count)
             # the heading says what the chunk is, so the contextual prefix carries
             # "table of contents" into the embedding (the reference's 0.44 miss)
@@ -442,8 +447,8 @@ def chunk_pages(pages: list[Page], *, count_tokens: Callable[[str], int], max_to
         for content, first, last in pieces:
             if content.strip():
                 chunks.append(Chunk(len(chunks), run.kind, first, last, heading, content))
-    log.debug("chunked %d pages into %d chunks (%d toc)", len(usable), len(chunks),
-              sum(c.kind == "toc" for c in chunks))
+    log.debug("chunked %d pages into %d chunks (%d toc, %d boilerplate)", len(usable), len(chunks),
+              sum(c.kind == "toc" for c in chunks), sum(c.kind == BOILERPLATE for c in chunks))
     return chunks
 
 

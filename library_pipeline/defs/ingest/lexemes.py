@@ -53,7 +53,8 @@ def lexeme_df_fresh(library_db: LibraryDatabase) -> dg.AssetCheckResult:
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "library_automation",
-    target=dg.AssetSelection.all(),
+    # the enrich group has its own sensor, whose runs carry the enrich lane's tag
+    target=dg.AssetSelection.all() - dg.AssetSelection.groups("enrich"),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Declarative automation: refreshes lexeme_df (and other eager assets) after ingests.",
 )

@@ -1,0 +1,150 @@
+"""Who is who within a file: a short person name that is part of exactly one
+longer name of the same file becomes its alias ("Victor", "Frankenstein" ->
+"Victor Frankenstein"; "Mr. Hyde" -> "Edward Hyde"); a name shared by two full
+names stays ambiguous and a lookup answers with both; any alias finds the
+entity. Real spaCy over text written here, the real write path and database,
+and the graph tools' coverage while a file is still pending (over MCP)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from mcp import Client
+
+from library_pipeline.defs.enrich.extract import tidy_person
+from library_pipeline.defs.enrich.kg_store import kg_step, plan_file_merges
+from library_pipeline_tests.enrich_fixtures import instance, partition_keys  # noqa: F401 (fixture)
+from library_pipeline_tests.ingest_helpers import ingest, write
+from serving import graph
+from serving.mcp_server import build_server
+from serving.runtime import Library
+
+FRANKENSTEIN = """\
+Victor Frankenstein was born in Geneva. His father was a respected magistrate of the city.
+
+Victor Frankenstein studied natural philosophy at Ingolstadt. In the laboratory, Victor worked through the nights.
+"I have created a being," said Victor. Frankenstein wrote to his friend Henry Clerval every week.
+
+Henry Clerval came to Ingolstadt and found Victor ill. Clerval nursed him through the winter. Victor recovered slowly.
+Frankenstein thanked Clerval. "You are my dearest friend," said Frankenstein.
+
+Later Mr. Hyde walked along the street. Edward Hyde was a small man. Mr. Hyde met Dr. Jekyll at the door.
+Hyde said nothing. Edward Hyde went home. Dr. Jekyll watched Mr. Hyde go.
+"""
+
+STONERS = """\
+Helen Stoner came to Baker Street in the early morning. Helen Stoner was pale and shaking.
+
+Her sister, Julia Stoner, had died two years before. Julia Stoner was to have been married that spring.
+
+"Miss Stoner, you are cold," said the detective. Stoner sat by the fire. Miss Stoner told the story of the whistle.
+
+Helen Stoner said the house was old. Julia Stoner had heard a whistle in the night. Stoner wept.
+"""
+
+
+@pytest.fixture(scope="module")
+def library(server_db, tmp_path_factory, instance):
+    from library_pipeline_tests.conftest import new_database
+
+    root = tmp_path_factory.mktemp("resolution") / "library"
+    write(root / "frankenstein.txt", FRANKENSTEIN)
+    write(root / "stoner.txt", STONERS)
+    db = new_database(server_db, root)
+    assert ingest(db, instance)["failed"] == 0
+    db.keys = partition_keys(db, ["frankenstein.txt", "stoner.txt"])
+    return db
+
+
+def test_graph_tools_say_what_is_pending_before_extraction(library):
+    with library.connect() as conn:
+        before = graph.entity(conn, "Victor Frankenstein")
+        stats = graph.stats(conn)
+    assert before["found"] is False
+    assert before["coverage"] == {**before["coverage"], "files_extracted": 0, "files_ingested": 2, "files_pending": 2}
+    assert "0 of 2 files extracted so far" in before["note"] and "pending" in before["note"]
+    assert stats["files_pending"] == 2 and "pending" in stats["note"]
+
+    lib = Library(library.settings)
+
+    async def run():
+        async with Client(build_server(lib)) as client:
+            out = await client.call_tool("library_entity", {"name": "Victor Frankenstein"})
+            return json.loads(out.content[0].text)
+
+    try:
+        over_mcp = asyncio.run(run())
+    finally:
+        lib.close()
+    assert over_mcp["found"] is False and over_mcp["coverage"]["files_pending"] == 2
+    assert "pending" in over_mcp["note"]
+
+
+@pytest.fixture(scope="module")
+def extracted(library):
+    for key in library.keys:
+        result = kg_step(library, key)
+        assert result.status == "ok", result.reason
+    return library
+
+
+def test_short_names_merge_into_the_one_full_name_of_the_file(extracted):
+    with extracted.connect() as conn:
+        victor = graph.entity(conn, "Victor Frankenstein")
+        by_first = graph.entity(conn, "Victor")
+        by_last = graph.resolve(conn, "Frankenstein")
+        hyde = graph.entity(conn, "Mr. Hyde")
+        stats = graph.stats(conn)
+    assert victor["found"] and victor["type"] == "person"
+    assert {"Victor", "Frankenstein"} <= set(victor["aliases"])
+    # one entity whatever the name: the mentions of all three forms are its own
+    assert by_first["found"] and by_first["id"] == victor["id"] and by_first["matched"] == "alias"
+    assert by_last["status"] == "found" and by_last["entity"]["id"] == victor["id"]
+    assert victor["mentions"] >= 8
+    assert victor["relations"], "the merged entity keeps the edges of its short names"
+    # a form of address does not split a person
+    assert hyde["found"] and hyde["name"] == "Edward Hyde" and "Hyde" in hyde["aliases"]
+    assert victor["coverage"]["files_pending"] == 0 and "note" not in victor["coverage"]
+    assert stats["files_extracted"] == 2
+
+
+def test_a_name_shared_by_two_full_names_stays_ambiguous(extracted):
+    with extracted.connect() as conn:
+        stoner = graph.entity(conn, "Stoner")
+        helen = graph.entity(conn, "Helen Stoner")
+        julia = graph.entity(conn, "Julia Stoner")
+    assert stoner["found"] is False and stoner["status"] == "ambiguous"
+    assert {c["name"] for c in stoner["candidates"]} == {"Helen Stoner", "Julia Stoner"}
+    assert helen["found"] and julia["found"] and helen["id"] != julia["id"]
+    assert "Stoner" not in helen["aliases"] + julia["aliases"]
+
+
+def test_plan_of_merges_rules():
+    merges, ambiguous = plan_file_merges({
+        "holmes": 436, "sherlock holmes": 20,
+        "mccarthy": 30, "james mccarthy": 6, "charles mccarthy": 1,
+        "rucastle": 30, "alice rucastle": 1,            # said once: takes no name said 30 times
+        "петр андреич": 53, "петр андреевич гринев": 3,  # colloquial patronymic
+        "андрей петрович гринев": 2, "гринев": 19,     # father and son share the surname
+        "швабрин": 64, "швабрина": 32, "а и швабрин": 1,  # oblique case; initials
+        "alice": 387, "alice s right foot": 1,          # a possessive phrase is no name
+    })
+    assert merges["holmes"] == "sherlock holmes"
+    assert merges["петр андреич"] == "петр андреевич гринев"
+    assert merges["швабрина"] == "швабрин" and merges["а и швабрин"] == "швабрин"
+    assert ambiguous["mccarthy"] == ["james mccarthy", "charles mccarthy"]
+    assert set(ambiguous["гринев"]) == {"петр андреевич гринев", "андрей петрович гринев"}
+    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy"):
+        assert kept not in merges and kept not in ambiguous
+
+
+@pytest.mark.parametrize("raw, name", [
+    ("Ah, Watson", "Watson"), ("This John Openshaw", "John Openshaw"), ("Colonel Lysander Stark", "Lysander Stark"),
+    ("Mr. Sherlock Holmes", "Sherlock Holmes"), ("Марья-то Ивановна", "Марья Ивановна"), ("Пугачёв-то", "Пугачёв"),
+    ("А Марья Ивановна", "Марья Ивановна"), ("А. И. Швабрин", "А. И. Швабрин"), ("Alice and", "Alice"),
+    ("King of Bohemia", "King of Bohemia"),
+])
+def test_person_names_lose_what_is_not_the_name(raw, name):
+    assert tidy_person(raw) == name
