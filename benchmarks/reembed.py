@@ -1,4 +1,4 @@
-"""Re-embed migration figures (issue 10): throughput, switch time, search latency
+"""Re-embed migration figures: throughput, switch time, search latency
 while a migration runs, and the cost of switching back.
 
     .venv/bin/python benchmarks/reembed.py [--batch 256]

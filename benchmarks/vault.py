@@ -1,4 +1,4 @@
-"""Vault sync figures (issue 7): full reindex time and push -> searchable latency.
+"""Vault sync figures: full reindex time and push -> searchable latency.
 
 1. Full reindex: a git repository with the first N notes (default 50) of the
    test vaults, synced from nothing into a fresh database through `run_sync`

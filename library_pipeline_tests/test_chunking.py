@@ -22,7 +22,7 @@ from library_pipeline.defs.ingest.chunking import (
 )
 from library_pipeline.defs.ingest.extract import Extracted, Page, extract_file
 
-MAX = 216  # what the lead's budget leaves of MiniLM's 256 after a title prefix
+MAX = 216  # what the chunk budget leaves of MiniLM's 256 after a title prefix
 
 
 @pytest.fixture(scope="module")

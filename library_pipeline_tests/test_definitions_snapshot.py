@@ -137,7 +137,7 @@ def test_snapshot_covers_the_ingest_stage():
 
 
 def test_ops_defs_merge_into_the_location():
-    """library_pipeline/defs/ops is merged by the lead; it must merge cleanly and batch."""
+    """library_pipeline/defs/ops is merged into the location; it must merge cleanly and batch."""
     import datetime
 
     from library_pipeline.dagster_home import LANE_TAG

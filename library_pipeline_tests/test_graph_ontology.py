@@ -33,7 +33,7 @@ def test_every_mapping_lands_inside_the_vocabulary():
     words = ["tools", "x", "used_by", "part of", "??", "GPE", "NORP", "written by", "kind of", "targets"]
     assert all(entity_type(w) in ENTITY_TYPES for w in words)
     assert all(relation_type(w) in RELATION_TYPES for w in words)
-    assert len(RELATION_TYPES) == 11 and len(ENTITY_TYPES) == 16  # the seed's 14 + place, event
+    assert len(RELATION_TYPES) == 11 and len(ENTITY_TYPES) == 16  # agent-library's 14 + place, event
 
 
 def test_direction_is_kept_for_passive_phrases(db):

@@ -50,7 +50,7 @@ def _ids(res) -> list[int]:
 
 
 def test_definitions_are_loadable(tmp_path):
-    # library_db comes from library_pipeline/definitions.py when the lead merges these defs
+    # library_db comes from library_pipeline/definitions.py when these defs are merged
     defs = dg.Definitions.merge(memory_defs, dg.Definitions(resources={"library_db": LibraryDatabase(
         library_dir=str(tmp_path), home=str(tmp_path))}))
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}

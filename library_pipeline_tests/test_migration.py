@@ -1,4 +1,4 @@
-"""Re-embed migration (issue 10): MiniLM -> paraphrase-MiniLM-L3-v2 (ONNX), with a real
+"""Re-embed migration: MiniLM -> paraphrase-MiniLM-L3-v2 (ONNX), with a real
 SIGKILL of the migrating process midway, search answering between every step, and
 the new model active at the end. Passages come from the real writers (the ingest
 steps for a library file, index_memory for memories), so the migration's

@@ -1,4 +1,4 @@
-"""Query logs (issue 10): every library_search and memory_search call, made through
+"""Query logs: every library_search and memory_search call, made through
 the real MCP client against the real server object, leaves one search_log row with
 the query, the caller (from the transport, not an argument), filters, the ids and
 lanes it returned in order, and the latency; LIBRARY_QUERY_LOG=off writes none;

@@ -1,5 +1,5 @@
 """The CLI command functions (serving/cli.py), registered on a throwaway Typer app the
-way the lead's `library` app registers them, run against the sample library."""
+way the `library` app registers them, run against the sample library."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Filtered vector search must return its full k (DESIGN §2; the reference system's
+"""Filtered vector search must return its full k (agent-library's, github.com/CreateM1nd/agent-library,
 summaries were invisible for a week behind a filter on the main HNSW index).
 
 5,000 rows made from the sample library's real MiniLM vectors, each copied

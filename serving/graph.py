@@ -9,7 +9,7 @@ one book repeating a claim a hundred times is one source. Rows of removed
 files are ignored. Direction is reported as stored; co-occurrence rows
 (`related_to`, extractor 'cooccurrence') have none and read "undirected".
 
-The seed's reference system stopped at one hop; paths (<= 3 hops), subgraphs
+agent-library (github.com/CreateM1nd/agent-library) stopped at one hop; paths (<= 3 hops), subgraphs
 and aggregates are what its agents asked for next.
 """
 

@@ -1,4 +1,4 @@
-"""`library memory ...`: the Librarian's actions from a shell (the lead registers
+"""`library memory ...`: the Librarian's actions from a shell (`library_pipeline.cli` registers
 `memory_app` as `library memory`).
 
 The CLI runs on the machine that holds the database, so its user is the operator:

@@ -1,6 +1,6 @@
 """The closed vocabulary of the knowledge graph, enforced at insert.
 
-The reference system's first extraction pass named example types in a prompt
+agent-library's (github.com/CreateM1nd/agent-library) first extraction pass named example types in a prompt
 and got 175 entity types and 650 predicates back, `tool` (980 rows) beside
 `tools` (325), `part of` beside `part_of`: a query for type = 'tool' silently
 missed a quarter of the tools. A prompt is a request; this module is the
@@ -20,7 +20,7 @@ Rules:
   part_of / created_by: every such row would read backwards, so they stay
   `related_to` with their raw label.
 
-The seed names the reference system's 14 entity types only by example
+The Agent Librarian specification names agent-library's 14 entity types only by example
 (protocol, tool, technique); the 14 here cover a technical library and
 general books, plus `place` and `event`, which novels and histories need.
 """

@@ -3,7 +3,7 @@
 The whole pool, not a top-k slice: a candidate the first stage under-ranked
 is precisely the case reranking exists to fix.
 
-The reference system removed its reranker after an evaluation called it dead
+agent-library (github.com/CreateM1nd/agent-library) removed its reranker after an evaluation called it dead
 weight, then found the real defect upstream: the keyword lane had been
 returning nothing for most real queries, so the reranker was reordering a
 starved pool. With the lane fixed, the same reranker went from worst to best

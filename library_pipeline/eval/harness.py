@@ -1,8 +1,8 @@
 """Score search configurations on a BEIR dataset with the serving code itself.
 
 Every configuration is a `SearchConfig` passed to `serving.search.search` - the
-function agents call over MCP - never a copy of a lane (the reference system's
-harness kept printing stale numbers because it held its own copy of the query).
+function agents call over MCP - never a copy of a lane (agent-library's
+(github.com/CreateM1nd/agent-library) harness kept printing stale numbers because it held its own copy of the query).
 
 Search returns passages; BEIR judges documents. A document's rank is the rank
 of its best passage (first occurrence in the result list), the usual

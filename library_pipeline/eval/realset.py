@@ -1,7 +1,7 @@
 """A query set built from real use: `search_log` (library_search and memory_search
 calls) -> deduplicated, PII-light queries for the pooled-judgment tool.
 
-The reference system's eval_real_set.py found that a week of its own agents'
+agent-library (github.com/CreateM1nd/agent-library)'s eval_real_set.py found that a week of its own agents'
 queries ranked configurations differently from the synthetic set: real queries
 are short, many are known-item lookups ("<title> <author>", a file name), some
 are bare keywords, few are well-formed questions. `shape()` measures those

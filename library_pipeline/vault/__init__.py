@@ -1,1 +1,1 @@
-"""Obsidian vault sync: the note parser, git access and the per-note store (issue 7)."""
+"""Obsidian vault sync: the note parser, git access and the per-note store."""

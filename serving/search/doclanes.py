@@ -6,7 +6,7 @@ A document found by name is represented by its passage that the vector or
 keyword lane already ranked best (the part of the book that also matches the
 query's content); failing that, by its first passage (the title page / start).
 
-Structure lane, and why it exists: the reference system's "table of
+Structure lane, and why it exists: agent-library's (github.com/CreateM1nd/agent-library) "table of
 contents" query scored ~0.44 cosine against the real TOC chunk, which is
 mostly numbers and dotted leaders; full text found it only because that chunk
 literally said "Table of Contents". Ours often say just "Contents" (SICP

@@ -1,8 +1,8 @@
 """Document names (path stem + title) as stemmed lexemes, cached per process;
 the title lane and the inventory both match queries against them.
 
-Known-item lookups ("<title> <author>", "CHAPTER <author>") were most of the
-reference system's real queries, and a file name was not searchable at all
+Known-item lookups ("<title> <author>", "CHAPTER <author>") were most of
+agent-library's (github.com/CreateM1nd/agent-library) real queries, and a file name was not searchable at all
 until this lane existed. It matches on stemmed lexemes, not raw strings, so a
 singular in the query still matches a plural in the name.
 

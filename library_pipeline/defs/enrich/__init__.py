@@ -1,4 +1,4 @@
-"""The enrich stage: RAPTOR summary trees and the knowledge graph (issue 5).
+"""The enrich stage: RAPTOR summary trees and the knowledge graph.
 Merge with `dg.Definitions.merge(..., enrich.defs, ...)` in
 library_pipeline/definitions.py; it needs `library_db` and `embedder` from
 there and brings its own `llm` resource (LIBRARY_LLM_* settings)."""

@@ -1,4 +1,4 @@
-"""Asset checks as the regression eval (DESIGN §3): retrieval metrics on the
+"""Asset checks as the regression eval: retrieval metrics on the
 fixed query set, scored with `serving.search.search` - the function agents call -
 plus data invariants search depends on.
 
@@ -89,7 +89,7 @@ def no_orphan_passages(library_db: LibraryDatabase) -> dg.AssetCheckResult:
                   "of_never_indexed_files": never_indexed})
 
 
-# -- memory search precision (issue 10) ------------------------------------------------
+# -- memory search precision ------------------------------------------------------------
 
 MEMORY_SET_ENV = "LIBRARY_MEMORY_EVAL_SET"
 
@@ -100,7 +100,7 @@ class MemoryPrecisionConfig(dg.Config):
 
 
 @dg.asset_check(asset=dg.AssetKey("memory_retention"), blocking=False,
-                description="Memory search precision (seed 002: > 0.7): the fixed memory eval set loaded into "
+                description="Memory search precision (target > 0.7 on each language half): the fixed memory eval set loaded into "
                             "its own database (library_eval_memory) through index_memory and queried through "
                             "search_memory as the set's viewer; precision@R against the set's threshold, and no "
                             "record the viewer may not see.")

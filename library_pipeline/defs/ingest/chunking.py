@@ -2,7 +2,7 @@
 
 - TOC-like pages in the front matter (the first max(20, 15 %) pages) are kept
   together as `kind="toc"` chunks instead of being cut by the prose window: the
-  reference system found its table of contents only by keyword, because a TOC
+  agent-library (github.com/CreateM1nd/agent-library) found its table of contents only by keyword, because a TOC
   sliced into windows of bare numbers and dotted leaders embeds as noise. Density
   alone also flags body pages (SICP pp. 249, 479: code tables; GeoTopo pp. 23-82:
   figure pages) and would flag an answer key at the back; position tells them

@@ -356,7 +356,7 @@ def _html_text(soup) -> str:
 
 # EbookLib reads every entry of the archive into memory. A 1 MB EPUB whose
 # chapter inflates to 1 GiB of spaces took the extracting process to 2.1 GB RSS
-# (hostile corpus, issue 9). Real EPUBs are far below this ratio: XHTML deflates
+# (benchmarks/hostile_corpus.py). Real EPUBs are far below this ratio: XHTML deflates
 # ~3-5x, images not at all; the sample library's books unpack to 1.1-3.4x.
 EPUB_MAX_RATIO = 20
 EPUB_RATIO_FLOOR_BYTES = 64 * 1024 * 1024  # below this, any ratio is harmless

@@ -71,7 +71,7 @@ def scan_library(root: Path) -> dict[str, Path]:
 def display_path(relpath: str) -> str:
     """A file name that is not valid UTF-8 arrives with surrogate escapes, which
     Postgres text cannot hold: the first such name made the whole registration
-    transaction fail (hostile corpus, issue 9). Its bytes >= 0x80 are stored as
+    transaction fail (benchmarks/hostile_corpus.py). Its bytes >= 0x80 are stored as
     `\\xNN` instead; `fs_path` maps the stored form back."""
     return relpath.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 

@@ -5,7 +5,7 @@ file the database already holds as ingested with the same size and mtime is
 known even with an empty cursor, so enabling the sensor on an ingested
 library requests nothing.
 
-Measured (DESIGN §5): one RunRequest per new file slows a tick
+Measured on the 2-core box (Dagster 1.13): one RunRequest per new file slows a tick
 super-linearly (~7.5 s per tick for 10k files), while one add request plus a
 few range requests keeps a tick at ~20 ms. New files therefore go out as
 contiguous ranges of at most RANGE_SIZE partitions (a range follows the order

@@ -1,7 +1,8 @@
 """Memory curation assets (group "memory"), run daily by `memory_daily_schedule`:
 near-duplicates -> decay -> promotion -> retention, plus the invariant check
 "0 exact duplicates in global". Each materialisation reports how many records
-it changed. Memories are rows, not partitions (DESIGN §3).
+it changed. Memories are rows, not partitions: Dagster is built for
+thousands of partitions, a memory store grows to millions of rows.
 
 No `from __future__ import annotations`: Dagster reads the Config and resource
 annotations at definition time.

@@ -6,7 +6,7 @@ each *lane* by the `library/lane` run tag. Jobs and run requests put
 themselves in a lane with the tags below, so a night of graph extraction can
 hold one slot and never the slots ingestion needs.
 
-Exposes `defs`; the lead merges it into `library_pipeline.definitions`.
+Exposes `defs`, merged into `library_pipeline.definitions`.
 """
 
 import dagster as dg
@@ -24,8 +24,8 @@ MAINTENANCE_LANE = {LANE_TAG: "maintenance"}  # memory upkeep, reconcile, housek
 
 def reconcile_requests(keys: list[str]) -> list[dg.RunRequest]:
     """Every file partition in contiguous ranges of RANGE_SIZE: one run per
-    range, never one per file (DESIGN §5: ~60-75 ms per extra partition in a
-    range against ~0.5-8 s per run)."""
+    range, never one per file (measured on the 2-core box: ~60-75 ms per extra
+    partition in a range against ~0.5-8 s per run)."""
     requests = []
     for i in range(0, len(keys), RANGE_SIZE):
         request = range_request(keys[i:i + RANGE_SIZE], "reconcile")
@@ -62,5 +62,5 @@ def library_reconcile_schedule(context: dg.ScheduleEvaluationContext) -> list[dg
 # sensor runs use, is in-process; parallelism comes from concurrent runs.
 defs = dg.Definitions.merge(
     dg.Definitions(schedules=[library_reconcile_schedule], executor=dg.in_process_executor),
-    reembed.defs,  # issue 10: re-embed migration asset, query-log retention schedule
+    reembed.defs,  # re-embed migration asset, query-log retention schedule
 )

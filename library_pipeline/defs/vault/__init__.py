@@ -1,4 +1,4 @@
-"""Obsidian vault sync on git push (issue 7): the `vault` asset group."""
+"""Obsidian vault sync on git push: the `vault` asset group."""
 
 import dagster as dg
 
