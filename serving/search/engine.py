@@ -134,23 +134,35 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         resp.query_language = qlang
         languages = embedder_languages(embedder)
         primary_reads = languages is None or qlang in languages
-        # an English-only model is left out for a query it cannot read, when the
-        # multilingual lane is there to take its place
-        primary_on = cfg.vector and (primary_reads or multi is None or not cfg.language_aware)
-
-        qvec = mvec = None
         vector_bypassed = breaker.is_open("vector")
-        if (primary_on or (cfg.summaries and (primary_reads or multi is None))) and not vector_bypassed:
-            t = time.perf_counter()
-            qvec = embedder.encode_queries([text])[0]
-            timings["embed"] = _ms(t)
-        if multi is not None and not vector_bypassed:
+        lanes: list[tuple[LaneHits, float]] = []
+        vec = kw = mvh = None
+        qvec = mvec = None
+
+        if not cfg.multilingual:
+            stages["multilingual"] = "off"
+        elif multi is None:
+            stages["multilingual"] = ("off: the primary model is the multilingual one"
+                                      if multilingual is _DEFAULT and multilingual_embedder() is not None
+                                      else "off: LIBRARY_EMBED_MULTILINGUAL=off")
+        elif vector_bypassed:
+            stages["multilingual"] = "skipped: " + breaker.describe("vector")
+        else:
             t = time.perf_counter()
             mvec = multi.encode_queries([text])[0]
             timings["embed_multilingual"] = _ms(t)
+            mvh = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=max(cfg.vector_depth, k),
+                              exact=bool(filters.document_ids), column="multilingual", name="multilingual")
+            lanes.append((mvh, cfg.multilingual_weight))
 
-        lanes: list[tuple[LaneHits, float]] = []
-        vec = kw = mvh = None
+        # an English-only model is left out for a query it cannot read when the
+        # multilingual lane found passages to stand in with (a library not yet embedded
+        # by the second model keeps the primary lane)
+        primary_on = cfg.vector and (primary_reads or not mvh or not cfg.language_aware)
+        if (primary_on or (cfg.summaries and mvec is None)) and not vector_bypassed:
+            t = time.perf_counter()
+            qvec = embedder.encode_queries([text])[0]
+            timings["embed"] = _ms(t)
         if not cfg.vector:
             stages["vector"] = "off"
         elif vector_bypassed:
@@ -161,18 +173,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         else:
             vec = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=max(cfg.vector_depth, k),
                               exact=bool(filters.document_ids))
-            lanes.append((vec, cfg.vector_weight))
-        if not cfg.multilingual:
-            stages["multilingual"] = "off"
-        elif multi is None:
-            stages["multilingual"] = ("off: the primary model is the multilingual one" if cfg.multilingual and
-                                      multilingual_embedder() is not None else "off: LIBRARY_EMBED_MULTILINGUAL=off")
-        elif vector_bypassed:
-            stages["multilingual"] = "skipped: " + breaker.describe("vector")
-        else:
-            mvh = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=max(cfg.vector_depth, k),
-                              exact=bool(filters.document_ids), column="multilingual", name="multilingual")
-            lanes.append((mvh, cfg.multilingual_weight))
+            lanes.insert(0, (vec, cfg.vector_weight))
 
         stats = corpus_configs(conn) if cfg.keyword else []
         names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
@@ -207,13 +208,17 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
 
         t = time.perf_counter()
         factors: dict[str, dict[int, float]] = {}
-        if cfg.language_aware and multi is not None:
+        if cfg.language_aware and mvh:
             qscript = script(text)
             scripts = _scripts(conn, sorted({pid for h, _ in lanes if h.name in ("vector", "keyword", "multilingual")
                                              for pid in h.ids}))
+            same_script = ((cfg.vector_weight if vec is not None else 0.0) + (cfg.keyword_weight if kw is not None else 0.0)
+                           + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_reads else 1.0))
             trusted, factors = trust_factors([h for h, _ in lanes], scripts, qscript, primary_reads_query=primary_reads,
                                              primary_monolingual=languages is not None,
-                                             shared_weight=cfg.multilingual_weight_shared)
+                                             shared_weight=cfg.multilingual_weight_shared,
+                                             cross_factor=max(1.0, same_script / cfg.multilingual_weight)
+                                             if cfg.multilingual_weight > 0 else 1.0)
             lanes = [(h, w) for h, (_, w) in zip(trusted, lanes)]
             for hits, _ in lanes:
                 stages[hits.name] = hits.status
@@ -232,7 +237,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         summaries = None
         if not cfg.summaries:
             stages["summaries"] = "off"
-        elif mvec is not None and (not primary_reads or qvec is None):
+        elif mvec is not None and mvh and (not primary_reads or qvec is None):
             # a query the primary model cannot read: summaries by the multilingual model
             summaries = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=cfg.summaries_k,
                                     summaries=True, exact=bool(filters.document_ids), column="multilingual")

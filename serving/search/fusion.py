@@ -40,7 +40,12 @@ change whenever a lane is reworked; the normalisation above absorbs the scale):
   ru->en): full weight for a query the primary model cannot read and for hits in
   another script than the query's; where the primary model reads both query and
   passage, `multilingual_weight_shared` (it is far weaker there: SciFact 0.392 vs
-  MiniLM 0.645, so it must not be fused blindly into English search).
+  MiniLM 0.645, so it must not be fused blindly into English search);
+- a lane that cannot see a passage is no evidence against it: a passage in another
+  script than the query's is scored by the multilingual lane alone, so that score is
+  scaled to the weight a same-script passage can collect from all its lanes (else a
+  Russian question over a mixed library would always rank the Russian book's best
+  keyword match above the English book's answer).
 """
 
 from __future__ import annotations
@@ -123,10 +128,15 @@ def drop_hits(hits: LaneHits, keep: set[int] | None = None, drop: set[int] | Non
 def trust_factors(lanes: list[LaneHits], scripts: dict[int, str], query_script: str, *,
                   primary_reads_query: bool, primary_monolingual: bool = True, primary_lane: str = "vector",
                   multi_lane: str = "multilingual",
-                  keyword_lane: str = "keyword", shared_weight: float = 0.25
+                  keyword_lane: str = "keyword", shared_weight: float = 0.25, cross_factor: float = 1.0
                   ) -> tuple[list[LaneHits], dict[str, dict[int, float]]]:
     """The lanes with untrusted hits dropped, and weight multipliers for the rest (see
-    the module docstring). `scripts`: passage id -> its script (serving.search.language)."""
+    the module docstring). `scripts`: passage id -> its script (serving.search.language).
+    `cross_factor`: the multiplier of a multilingual hit in another script than the
+    query's - only that lane can read such a passage, and a lane that cannot see a
+    passage is no evidence against it, so its score stands for the weight of all the
+    lanes a same-script passage could collect (the engine passes that sum over the
+    multilingual weight)."""
     out: list[LaneHits] = []
     factors: dict[str, dict[int, float]] = {}
     comparable = query_script in ("latin", "cyrillic")
@@ -135,10 +145,9 @@ def trust_factors(lanes: list[LaneHits], scripts: dict[int, str], query_script: 
             foreign = {pid for pid in hits.ids if scripts.get(pid, query_script) not in (query_script, "none")}
             out.append(drop_hits(hits, drop=foreign) if foreign else hits)
         elif hits.name == multi_lane:
-            if primary_reads_query:
-                factors[hits.name] = {pid: (shared_weight if not comparable or
-                                            scripts.get(pid, query_script) in (query_script, "none") else 1.0)
-                                      for pid in hits.ids}
+            same = shared_weight if primary_reads_query else 1.0
+            factors[hits.name] = {pid: (same if not comparable or scripts.get(pid, query_script)
+                                        in (query_script, "none") else cross_factor) for pid in hits.ids}
             out.append(hits)
         else:
             out.append(hits)

@@ -1,0 +1,182 @@
+"""The multilingual vector lane end to end, on the example library's own books: the
+one passage writer stores both models' vectors (reused across identical texts), a
+Russian question finds the Russian book's passage and an English book's passage,
+fusion leaves the English-only model out for a Russian query, the lane can be
+switched off, a library written without it is filled by the migration - and the
+same questions asked over MCP with the real client."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from library_pipeline import migrate
+from library_pipeline_tests.ingest_helpers import ingest, latest_metadata
+from serving.embedding import USEM3_NAME, multilingual_embedder
+from serving.search import SearchConfig, search
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "library"
+PUSHKIN = "Пушкин - Капитанская дочка.txt"
+ALICE = "Carroll - Alice's Adventures in Wonderland.epub"
+PUSHKIN_CHARS = 36_000   # chapters I-III: the journey, the storm, the fortress
+
+# (question, the book, text the first passage must contain)
+QUESTIONS = [
+    ("Кто был дядькой героя и смотрел за ним с пяти лет?", PUSHKIN, "Савельич"),
+    ("Что было написано на бутылочке, которую нашла Алиса?", ALICE, "DRINK ME"),
+    ("Who looked after the hero from the age of five as his tutor?", PUSHKIN, "Савельич"),
+]
+
+
+@pytest.fixture(scope="module")
+def library(server_db, tmp_path_factory):
+    """Pushkin (an excerpt, to keep the test short) and Alice, ingested by the pipeline."""
+    from library_pipeline_tests.conftest import new_database
+
+    lib = tmp_path_factory.mktemp("multilingual") / "library"
+    lib.mkdir()
+    text = (EXAMPLES / PUSHKIN).read_text(encoding="utf-8")
+    (lib / PUSHKIN).write_text(text[:PUSHKIN_CHARS], encoding="utf-8")
+    shutil.copy(EXAMPLES / ALICE, lib / ALICE)
+    db = new_database(server_db, lib)
+    with dg.DagsterInstance.ephemeral() as instance:
+        out = ingest(db, instance)
+        assert out["failed"] == 0, out
+        meta = latest_metadata(instance, "embeddings")
+    yield db, meta
+    db.stop()
+
+
+def test_every_passage_has_both_vectors(library):
+    db, meta = library
+    with db.connect() as conn:
+        total, primary, multi = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE embedding IS NOT NULL), count(*) FILTER "
+            "(WHERE embed_model_multi = %s AND embedding_multi IS NOT NULL) FROM passages", (USEM3_NAME,)).fetchone()
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'passages' "
+                                              "AND indexname LIKE 'passages_hnsw_multi%'")}
+        recorded = migrate.multilingual_counts(conn)
+    assert total > 100 and primary == total and multi == total
+    assert len(indexes) == 2   # verbatim and summaries, as for the primary model
+    assert recorded == {"model": USEM3_NAME, "done": total, "remaining": 0}
+
+
+@pytest.mark.parametrize("question,book,needle", QUESTIONS)
+def test_questions_find_the_right_passage_first(library, embedder, question, book, needle):
+    db, _ = library
+    with db.connect() as conn:
+        resp = search(conn, embedder, question, top_k=5)
+    top = resp.results[0]
+    assert top.path == book and needle in top.text, [(r.path, r.text[:80]) for r in resp.results]
+    assert "multilingual" in top.lanes, top.lanes
+    if question[0] in "КЧ":   # a Russian question: the English-only model is left out
+        assert resp.query_language == "ru"
+        assert resp.stages["vector"].startswith("skipped"), resp.stages
+    else:
+        assert resp.query_language == "en" and resp.stages["vector"].startswith("ok"), resp.stages
+
+
+def test_english_only_model_alone_cannot_answer_the_russian_question(library, embedder):
+    """The measurement the lane exists for, on this library: MiniLM alone does not put
+    the Russian answer first, the multilingual lane alone does."""
+    db, _ = library
+    question, book, needle = QUESTIONS[1]
+    with db.connect() as conn:
+        alone = search(conn, embedder, question, top_k=3, config=SearchConfig.only("vector", log_queries=False))
+        multi = search(conn, embedder, question, top_k=3, config=SearchConfig.only("multilingual", log_queries=False))
+    assert needle not in alone.results[0].text
+    assert needle in multi.results[0].text
+
+
+def test_identical_text_reuses_both_vectors(library, tmp_path):
+    """A second copy of a book embeds nothing: both models' vectors are reused."""
+    from library_pipeline.defs.ingest.store import chunk_step, embed_step, extract_step, register_files
+    from serving.embedding import load_embedder
+
+    db, _ = library
+    copy = db.settings.library_dir / "copy" / PUSHKIN
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copy(db.settings.library_dir / PUSHKIN, copy)
+    key = register_files(db, {f"copy/{PUSHKIN}": copy})[f"copy/{PUSHKIN}"]
+    emb = load_embedder("minilm")
+    try:
+        extract_step(db, db.settings.library_dir, key)
+        chunk_step(db, key, emb)
+        res = embed_step(db, key, emb)
+        assert res.status == "ok", res.reason
+        assert res.figures["embedded"] == 0 and res.figures["embedded_multilingual"] == 0, res.figures
+        assert res.figures["reused"] == res.figures["passages"] > 0
+    finally:
+        copy.unlink()
+
+
+def test_fill_fills_a_library_written_without_the_lane(library, monkeypatch):
+    db, _ = library
+    with db.transaction() as conn:
+        ids = [r[0] for r in conn.execute(
+            "UPDATE passages SET embedding_multi = NULL, embed_model_multi = NULL WHERE id IN "
+            "(SELECT id FROM passages ORDER BY id LIMIT 25) RETURNING id")]
+    with db.connect() as conn:
+        before = migrate.status(conn)["multilingual"]
+    assert before["remaining"] == 25
+    assert "25 without its vector" in migrate.describe({"state": "none", "active": "x", "multilingual": before})
+    out = migrate.fill_multilingual(db, batch_size=10)
+    assert out["passages"] == 25 and out["remaining"] == 0 and out["batches"] == 3
+    assert out["reused"] + out["embedded"] == 25
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM passages WHERE id = ANY(%s) AND embed_model_multi = %s",
+                            (ids, USEM3_NAME)).fetchone()[0] == 25
+
+
+def test_the_lane_can_be_switched_off(make_db, embedder, monkeypatch):
+    """LIBRARY_EMBED_MULTILINGUAL=off: one vector per passage, one vector lane."""
+    monkeypatch.setenv("LIBRARY_EMBED_MULTILINGUAL", "off")
+    assert multilingual_embedder() is None
+    db = make_db()
+    (db.settings.library_dir / "note.txt").write_text(
+        "The lighthouse keeper climbed the stairs every evening to light the lamp.\n\n"
+        "Ships passing the cape saw the light and kept away from the rocks.", encoding="utf-8")
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert ingest(db, instance)["failed"] == 0
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FILTER (WHERE embedding_multi IS NOT NULL), count(*) "
+                            "FROM passages").fetchone()[0] == 0
+        resp = search(conn, embedder, "who lit the lamp", top_k=3)
+    assert resp.stages["multilingual"].startswith("off") and resp.results
+    assert "multilingual" not in resp.results[0].lanes
+    db.stop()
+
+
+def test_setting_is_validated(monkeypatch):
+    from serving.settings import multilingual_setting
+
+    monkeypatch.setenv("LIBRARY_EMBED_MULTILINGUAL", "labse")
+    with pytest.raises(ValueError, match="usem3 or off"):
+        multilingual_setting()
+
+
+def test_mcp_answers_russian_questions_about_both_books(library, tmp_path):
+    """The same questions over MCP, with the real client and the server as agents start it."""
+    db, _ = library
+    env = {"LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "LIBRARY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "serving.mcp_server"], env=env, cwd=str(REPO))
+
+    async def run() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            for question, book, needle in QUESTIONS:
+                found = await client.call_tool("library_search", {"query": question, "top_k": 3})
+                assert not found.is_error
+                top = found.structured_content["results"][0]
+                assert top["path"] == book and needle in top["text"], (question, top["path"], top["text"][:120])
+                assert "multilingual" in top["lanes"]
+
+    asyncio.run(run())
