@@ -155,6 +155,43 @@ def test_the_lane_can_be_switched_off(make_db, embedder, monkeypatch):
     db.stop()
 
 
+def test_query_language_and_script():
+    from serving.search.language import query_language, script
+
+    assert query_language("0-dimensional biomaterials show inductive properties") == "en"
+    assert query_language("ADHD gene variants") == "en"
+    assert query_language("Кто комендант Белогорской крепости?") == "ru"
+    assert query_language("Wer war der Kommandant der Festung am Fluss?") == "de"
+    assert script("Савельич, дядька") == "cyrillic" and script("DRINK ME") == "latin" and script("1999") == "none"
+
+
+def test_trust_drops_cross_script_noise_and_scales_the_only_reader():
+    """Russian query over a mixed library: keyword and English-only hits in Latin script are
+    dropped; the multilingual lane's Latin hit counts for the weight a Cyrillic passage can
+    collect (keyword + multilingual = 2), so it is not outranked by a weak keyword match."""
+    from serving.search.fusion import convex_fusion, trust_factors
+    from serving.search.lanes import LaneHits
+
+    scripts = {1: "cyrillic", 2: "cyrillic", 3: "latin", 4: "latin"}
+    kw = LaneHits("keyword", [2, 4, 1], [9.0, 8.0, 1.0], graded=True)
+    vec = LaneHits("vector", [4, 3, 1], [0.5, 0.4, 0.3], graded=True)
+    multi = LaneHits("multilingual", [3, 1, 2], [0.8, 0.5, 0.2], graded=True)
+    lanes, factors = trust_factors([vec, kw, multi], scripts, "cyrillic", primary_reads_query=False,
+                                   cross_factor=2.0)
+    by = {h.name: h for h in lanes}
+    assert by["keyword"].ids == [2, 1] and "another script" in by["keyword"].status
+    assert by["vector"].ids == [1]
+    assert factors["multilingual"] == {3: 2.0, 1: 1.0, 2: 1.0}
+    fused = convex_fusion([(by["keyword"], 1.0), (by["multilingual"], 1.0)], 20, {}, factors)
+    assert fused[0].id == 3   # the English answer: 2.0 against the keyword match's 1.0 + 0.0
+
+    # an English query over English text: the multilingual lane adds nothing at weight 0
+    lanes, factors = trust_factors([vec, multi], {i: "latin" for i in range(1, 5)}, "latin",
+                                   primary_reads_query=True, shared_weight=0.0)
+    fused = convex_fusion([(lanes[0], 1.0), (lanes[1], 1.0)], 20, {}, factors)
+    assert [f.id for f in fused][:3] == [4, 3, 1] and fused[0].parts["vector"] == 1.0
+
+
 def test_setting_is_validated(monkeypatch):
     from serving.settings import multilingual_setting
 

@@ -128,7 +128,7 @@ def drop_hits(hits: LaneHits, keep: set[int] | None = None, drop: set[int] | Non
 def trust_factors(lanes: list[LaneHits], scripts: dict[int, str], query_script: str, *,
                   primary_reads_query: bool, primary_monolingual: bool = True, primary_lane: str = "vector",
                   multi_lane: str = "multilingual",
-                  keyword_lane: str = "keyword", shared_weight: float = 0.25, cross_factor: float = 1.0
+                  keyword_lane: str = "keyword", shared_weight: float = 0.0, cross_factor: float = 1.0
                   ) -> tuple[list[LaneHits], dict[str, dict[int, float]]]:
     """The lanes with untrusted hits dropped, and weight multipliers for the rest (see
     the module docstring). `scripts`: passage id -> its script (serving.search.language).
