@@ -59,6 +59,9 @@ def main() -> None:
     ap.add_argument("sets", nargs="+", help="DATASET_DIR[:split]")
     ap.add_argument("--variant", action="append", default=[])
     ap.add_argument("--only", action="append", default=[], help="run only these rows (names)")
+    ap.add_argument("--variants-on", action="append", default=[],
+                    help="run the --variant rows only on these collections (names, e.g. beir_msmarco_subset); "
+                         "a variant of multilingual_weight_shared changes nothing for non-English queries")
     ap.add_argument("--max-queries", type=int, default=0)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -84,6 +87,8 @@ def main() -> None:
                   f"multilingual filled {filled.get('embedded', 0)} in {time.perf_counter() - t:.0f}s", flush=True)
             with db.connect() as conn:
                 for name, cfg in cfgs.items():
+                    if args.variants_on and ds.name not in args.variants_on and cfg.label.startswith("v-"):
+                        continue
                     t = time.perf_counter()
                     run, stats = run_config(conn, emb, ds.queries, cfg)
                     m = aggregate(per_query(ds.qrels, run))
@@ -102,7 +107,10 @@ def main() -> None:
         print("\nleave-one-collection-out (chosen on the others by mean nDCG@10 -> score on the one left out):")
         for held in sets:
             rest = [s for s in sets if s != held]
-            best = max(tunable, key=lambda n: sum(table[n][s] for s in rest) / len(rest))
+            candidates = [n for n in tunable if all(s in table[n] for s in sets)]
+            if not candidates:
+                continue
+            best = max(candidates, key=lambda n: sum(table[n][s] for s in rest) / len(rest))
             print(f"  {held}: {best} -> {table[best][held]:.4f}")
     if args.out:
         Path(args.out).write_text(json.dumps(table, indent=2))

@@ -105,6 +105,8 @@ def convex_fusion(lanes: list[tuple[LaneHits, float]], k: int, depths: dict[str,
                   else [(k + 1) / (k + rank) for rank in range(1, len(hits) + 1)])
         lane_factors = factors.get(hits.name, {})
         for rank, (pid, value) in enumerate(zip(hits.ids, values), start=1):
+            if lane_factors.get(pid, 1.0) <= 0:
+                continue   # not trusted for this passage: neither score nor rank (ties stay as without it)
             item = pool.setdefault(pid, Fused(pid))
             if hits.name not in item.lanes:  # first occurrence wins, as in ranks()
                 item.lanes[hits.name] = rank
