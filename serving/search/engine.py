@@ -158,7 +158,8 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         # an English-only model is left out for a query it cannot read when the
         # multilingual lane found passages to stand in with (a library not yet embedded
         # by the second model keeps the primary lane)
-        primary_on = cfg.vector and (primary_reads or not mvh or not cfg.language_aware)
+        foreign = bool(mvh) and cfg.language_aware and not primary_reads
+        primary_on = cfg.vector and (not foreign or cfg.vector_weight_foreign > 0)
         if (primary_on or (cfg.summaries and mvec is None)) and not vector_bypassed:
             t = time.perf_counter()
             qvec = embedder.encode_queries([text])[0]
@@ -173,7 +174,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         else:
             vec = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=max(cfg.vector_depth, k),
                               exact=bool(filters.document_ids))
-            lanes.insert(0, (vec, cfg.vector_weight))
+            lanes.insert(0, (vec, cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0)))
 
         stats = corpus_configs(conn) if cfg.keyword else []
         names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
@@ -212,7 +213,8 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             qscript = script(text)
             scripts = _scripts(conn, sorted({pid for h, _ in lanes if h.name in ("vector", "keyword", "multilingual")
                                              for pid in h.ids}))
-            same_script = ((cfg.vector_weight if vec is not None else 0.0) + (cfg.keyword_weight if kw is not None else 0.0)
+            same_script = ((cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0) if vec is not None
+                            else 0.0) + (cfg.keyword_weight if kw is not None else 0.0)
                            + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_reads else 1.0))
             trusted, factors = trust_factors([h for h, _ in lanes], scripts, qscript, primary_reads_query=primary_reads,
                                              primary_monolingual=languages is not None,

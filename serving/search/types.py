@@ -181,6 +181,10 @@ class SearchConfig:
     # it is the only lane that reads query and passage. False: every lane at its weight.
     language_aware: bool = True
     multilingual_weight: float = 1.0
+    # the primary model's weight (times vector_weight) for a query in a language it does
+    # not read (MiniLM: English only), when the multilingual lane stands in; its hits in
+    # another script than the query's are dropped whatever this says
+    vector_weight_foreign: float = 0.0
     # the multilingual lane's weight on passages the primary model reads too (an English
     # query over English text): USE-m3 alone scores 0.392 on SciFact against MiniLM's 0.645,
     # 0.6x; at 0 an English library ranks exactly as without the second lane (SciFact
