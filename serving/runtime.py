@@ -14,7 +14,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from serving.db import Database
-from serving.embedding import Embedder, load_embedder
+from serving.embedding import Embedder, load_embedder, multilingual_embedder
 from serving.migration import load_active_embedder
 from serving.settings import Settings
 from serving.threads import limit_torch_threads
@@ -40,6 +40,7 @@ class Library:
         self._pool = None
         self._pool_size = pool_size
         self._lock = threading.Lock()
+        self._multilingual_ready = False
 
     # -- resources ----------------------------------------------------------
     def embedder(self) -> Embedder:
@@ -57,6 +58,10 @@ class Library:
                     with self.db.connect() as conn:
                         self._embedder = load_active_embedder(conn, configured)
                     limit_torch_threads()
+        if not self._multilingual_ready:
+            # the second lane's model with the first, so the first search does not pay for it
+            multilingual_embedder()
+            self._multilingual_ready = True
         return self._embedder
 
     def _get_pool(self):

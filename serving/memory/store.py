@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-import numpy as np
 import psycopg
-from pgvector import HalfVector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import chunk_memory
+from serving.passage_writer import PassageRow, PassageWriter
 from serving.search.filters import visibility
 from serving.threads import wide_threads
 from serving.search.types import MAX_TOP_K, SCOPES, SearchConfig, SearchError, SearchFilters, Viewer
@@ -162,20 +161,6 @@ def _owner_key(scope: str, viewer: Viewer) -> sql.Composable:
     return sql.SQL("agent = %(agent)s")
 
 
-_indexed: set[tuple[str, str]] = set()
-
-
-def _ensure_indexes(conn: psycopg.Connection, embedder: Embedder) -> None:
-    marker = (conn.info.dsn, embedder.name)
-    if marker in _indexed:
-        return
-    with conn.transaction():
-        conn.execute("SELECT ensure_vector_indexes(%s, %s)", (embedder.name, embedder.dims))
-        conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model', %s) ON CONFLICT (key) DO NOTHING",
-                     (Jsonb({"name": embedder.name, "dims": embedder.dims}),))
-    _indexed.add(marker)
-
-
 # -- records ----------------------------------------------------------------------
 
 _RECORD_COLS = ("id", "artifact_id", "version", "agent", "department", "scope", "type", "meta", "relevance",
@@ -281,6 +266,13 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
     chunks: list[str] = []
     vectors = None
     timings: dict[str, float] = {}
+    writer = PassageWriter(embedder)
+
+    def embed(chunks: list[str]):
+        writer.ensure_indexes(conn)
+        with wide_threads(len(chunks)), conn.transaction():
+            return writer.prepare(conn, [embed_text_for_passage(mtype, None, c) for c in chunks])
+
     if dup is None:
         t = time.perf_counter()
         chunks = chunk_memory(text, embedder)
@@ -288,10 +280,8 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
             raise MemoryError(f"content makes {len(chunks)} passages; the limit is {MAX_CHUNKS}")
         timings["chunk"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
-        with wide_threads(len(chunks)):
-            vectors = embedder.encode_passages([embed_text_for_passage(mtype, None, c) for c in chunks])
+        vectors = embed(chunks)
         timings["embed"] = (time.perf_counter() - t) * 1000
-        _ensure_indexes(conn, embedder)
     write_started = time.perf_counter()
 
     with conn.transaction():
@@ -305,8 +295,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
             return merged(dup, "unchanged" if (dup[3] == viewer.agent and dup[1] == aid) else "duplicate")
         if vectors is None:  # the duplicate vanished between the two checks (forgotten): embed now
             chunks = chunk_memory(text, embedder)
-            vectors = embedder.encode_passages([embed_text_for_passage(mtype, None, c) for c in chunks])
-            _ensure_indexes(conn, embedder)
+            vectors = writer.prepare(conn, [embed_text_for_passage(mtype, None, c) for c in chunks])
         prev = conn.execute("SELECT id, version FROM memories WHERE agent = %(agent)s AND artifact_id = %(aid)s "
                             "ORDER BY version DESC LIMIT 1", params).fetchone()
         version = (prev[1] + 1) if prev else 1
@@ -327,14 +316,10 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
              "chunks": len(chunks)}).fetchone()
         rec = _record(row)
         tsc = _ts_config(text)
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO passages (source, ordinal, kind, heading, content, content_hash, embed_hash, ts_config, "
-                "embedding, embed_model, scope, agent, department, memory_id) VALUES ('memory', %s, 'memory', %s, "
-                "%s, %s, %s, %s::regconfig, %s, %s, %s, %s, %s, %s)",
-                [(i, mtype, c, sha256(c), sha256(embed_text_for_passage(mtype, None, c)), tsc,
-                  HalfVector(np.asarray(vectors[i], dtype=np.float32)), embedder.name, scope, viewer.agent,
-                  viewer.department, rec["id"]) for i, c in enumerate(chunks)])
+        writer.insert(conn, [
+            PassageRow(content=c, embed_text=embed_text_for_passage(mtype, None, c), source="memory", kind="memory",
+                       ordinal=i, heading=mtype, ts_config=tsc, scope=scope, agent=viewer.agent,
+                       department=viewer.department, memory_id=rec["id"]) for i, c in enumerate(chunks)], vectors)
     timings["write"] = (time.perf_counter() - write_started) * 1000
     return IndexResult("new_version" if prev else "created", rec, len(chunks),
                        (time.perf_counter() - started) * 1000, superseded, timings)

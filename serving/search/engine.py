@@ -22,13 +22,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from serving.embedding import Embedder, embed_text_for_passage
+from serving.embedding import Embedder, embed_text_for_passage, embedder_languages, multilingual_embedder
 from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
 from serving.search import health
 from serving.search.doclanes import structure_lane, title_lane
 from serving.search.filters import passage_predicate, resolve_paths
-from serving.search.fusion import Fused, convex_fusion, weighted_rrf
+from serving.search.fusion import Fused, convex_fusion, trust_factors, weighted_rrf
 from serving.search.keyword import corpus_configs, keyword_lane, query_lexemes
+from serving.search.language import query_language, script
 from serving.search.lanes import LaneHits
 from serving.search.query import normalise_query, validate_top_k
 from serving.search.titles import NAMES
@@ -86,10 +87,23 @@ def _empty_pool_reason(conn: psycopg.Connection, model: str, predicate=None) -> 
     return "empty pool: passages exist for this model but no lane returned any"
 
 
+_DEFAULT: Any = object()
+
+
+def _scripts(conn: psycopg.Connection, ids: list[int]) -> dict[int, str]:
+    """passage id -> the script of its text (serving.search.language.script)."""
+    if not ids:
+        return {}
+    return {pid: script(head) for pid, head in conn.execute(
+        "SELECT id, left(content, 300) FROM passages WHERE id = ANY(%s)", (ids,))}
+
+
 def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: int = 10,
            filters: SearchFilters | dict[str, Any] | None = None, config: SearchConfig | None = None,
-           reranker: Reranker | None = None) -> SearchResponse:
-    """Hybrid search. Raises SearchError (a ValueError) for input the caller must fix."""
+           reranker: Reranker | None = None, multilingual: Embedder | None = _DEFAULT) -> SearchResponse:
+    """Hybrid search. Raises SearchError (a ValueError) for input the caller must fix.
+    `multilingual`: the second vector lane's model (default: LIBRARY_EMBED_MULTILINGUAL's,
+    serving.embedding.multilingual_embedder; None: no second lane)."""
     started = time.perf_counter()
     cfg = config or SearchConfig()
     text, warnings = normalise_query(query)
@@ -110,23 +124,57 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         breaker = health.read_breaker(conn)
         set_scan_options(conn, cfg.ef_search, cfg.max_scan_tuples)
 
-        qvec = None
+        multi = None
+        if cfg.multilingual:
+            multi = multilingual_embedder() if multilingual is _DEFAULT else multilingual
+        if multi is not None and multi.name == embedder.name:
+            multi = None   # the primary model is the multilingual one: one lane reads it
+        # which lanes may speak for this query (serving/search/fusion.py trust_factors)
+        qlang = query_language(text)
+        resp.query_language = qlang
+        languages = embedder_languages(embedder)
+        primary_reads = languages is None or qlang in languages
         vector_bypassed = breaker.is_open("vector")
-        if (cfg.vector or cfg.summaries) and not vector_bypassed:
+        lanes: list[tuple[LaneHits, float]] = []
+        vec = kw = mvh = None
+        qvec = mvec = None
+
+        if not cfg.multilingual:
+            stages["multilingual"] = "off"
+        elif multi is None:
+            stages["multilingual"] = ("off: the primary model is the multilingual one"
+                                      if multilingual is _DEFAULT and multilingual_embedder() is not None
+                                      else "off: LIBRARY_EMBED_MULTILINGUAL=off")
+        elif vector_bypassed:
+            stages["multilingual"] = "skipped: " + breaker.describe("vector")
+        else:
+            t = time.perf_counter()
+            mvec = multi.encode_queries([text])[0]
+            timings["embed_multilingual"] = _ms(t)
+            mvh = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=max(cfg.vector_depth, k),
+                              exact=bool(filters.document_ids), column="multilingual", name="multilingual")
+            lanes.append((mvh, cfg.multilingual_weight))
+
+        # an English-only model is left out for a query it cannot read when the
+        # multilingual lane found passages to stand in with (a library not yet embedded
+        # by the second model keeps the primary lane)
+        foreign = bool(mvh) and cfg.language_aware and not primary_reads
+        primary_on = cfg.vector and (not foreign or cfg.vector_weight_foreign > 0)
+        if (primary_on or (cfg.summaries and mvec is None)) and not vector_bypassed:
             t = time.perf_counter()
             qvec = embedder.encode_queries([text])[0]
             timings["embed"] = _ms(t)
-
-        lanes: list[tuple[LaneHits, float]] = []
-        vec = kw = None
         if not cfg.vector:
             stages["vector"] = "off"
         elif vector_bypassed:
             stages["vector"] = "skipped: " + breaker.describe("vector")
+        elif not primary_on:
+            stages["vector"] = (f"skipped: {embedder.name} reads {', '.join(languages or ())} only, the query "
+                                f"is {qlang}; the multilingual lane stands in")
         else:
             vec = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=max(cfg.vector_depth, k),
                               exact=bool(filters.document_ids))
-            lanes.append((vec, cfg.vector_weight))
+            lanes.insert(0, (vec, cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0)))
 
         stats = corpus_configs(conn) if cfg.keyword else []
         names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
@@ -151,7 +199,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             if st is not None:
                 lanes.append((st, cfg.structure_weight))
         if cfg.title and names is not None:
-            tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (vec, kw) if h],
+            tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (vec, mvh, kw) if h],
                             depth=cfg.title_depth, min_terms=cfg.title_min_terms,
                             min_query_share=cfg.title_query_share)
             lanes.append((tl, cfg.title_weight))
@@ -162,11 +210,29 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             timings[hits.name] = hits.ms
 
         t = time.perf_counter()
+        factors: dict[str, dict[int, float]] = {}
+        if cfg.language_aware and mvh:
+            qscript = script(text)
+            scripts = _scripts(conn, sorted({pid for h, _ in lanes if h.name in ("vector", "keyword", "multilingual")
+                                             for pid in h.ids}))
+            same_script = ((cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0) if vec is not None
+                            else 0.0) + (cfg.keyword_weight if kw is not None else 0.0)
+                           + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_reads else 1.0))
+            trusted, factors = trust_factors([h for h, _ in lanes], scripts, qscript, primary_reads_query=primary_reads,
+                                             primary_monolingual=languages is not None,
+                                             shared_weight=cfg.multilingual_weight_shared,
+                                             cross_factor=max(1.0, same_script / cfg.multilingual_weight)
+                                             if cfg.multilingual_weight > 0 else 1.0)
+            lanes = [(h, w) for h, (_, w) in zip(trusted, lanes)]
+            for hits, _ in lanes:
+                stages[hits.name] = hits.status
+            timings["trust"] = _ms(t)
         if cfg.fusion == "rrf":
             fused = weighted_rrf(lanes, cfg.rrf_k)
             stages["fusion"] = f"ok: weighted RRF (k={cfg.rrf_k}) over {len(fused)} candidates"
         else:
-            fused = convex_fusion(lanes, cfg.rrf_k, {"vector": cfg.vector_depth, "keyword": cfg.keyword_depth})
+            fused = convex_fusion(lanes, cfg.rrf_k, {"vector": cfg.vector_depth, "keyword": cfg.keyword_depth,
+                                                     "multilingual": cfg.vector_depth}, factors)
             stages["fusion"] = (f"ok: weighted sum of min-max normalised lane scores (ranked lanes: "
                                 f"(k+1)/(k+rank), k={cfg.rrf_k}) over {len(fused)} candidates")
         timings["fusion"] = _ms(t)
@@ -175,6 +241,11 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         summaries = None
         if not cfg.summaries:
             stages["summaries"] = "off"
+        elif mvec is not None and mvh and (not primary_reads or qvec is None):
+            # a query the primary model cannot read: summaries by the multilingual model
+            summaries = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=cfg.summaries_k,
+                                    summaries=True, exact=bool(filters.document_ids), column="multilingual")
+            stages["summaries"], timings["summaries"] = summaries.status, summaries.ms
         elif qvec is None:
             stages["summaries"] = "skipped: vector lane unavailable"
         else:
@@ -196,7 +267,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         rows = _hydrate(conn, wanted)
         timings["hydrate"] = _ms(t)
         pool_reason = None
-        if not fused and vec is not None and filters.is_empty:
+        if not fused and (vec is not None or mvh is not None) and filters.is_empty:
             pool_reason = _empty_pool_reason(conn, embedder.name, predicate)
             if pool_reason is None:
                 warnings.append("the library has no passages yet")

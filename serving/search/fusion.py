@@ -25,6 +25,27 @@ are shipped (0.55 is within one SE).
 
 Ties break on the best single-lane rank, then on the passage id, never on dict
 order.
+
+Per-query trust (`trust_factors`): which lane may speak for which passage depends on
+the query's language and each passage's script, never on a lane's raw scores (they
+change whenever a lane is reworked; the normalisation above absorbs the scale):
+
+- an English-only embedder (MiniLM) reads neither a Russian query nor a Russian
+  passage: for a query it cannot read it is left out (XQuAD ru->ru: MiniLM 0.2861,
+  fused naively with BM25 0.6144, BM25 alone 0.9485), and its hits in another script
+  than the query's are dropped;
+- keyword hits in another script than the query's are dropped: a Russian question
+  shares only numbers and Latin names with an English paragraph (ru->en BM25 0.1793);
+- the multilingual embedder (USE-m3) is the one lane that crosses languages (0.8527
+  ru->en): full weight for a query the primary model cannot read and for hits in
+  another script than the query's; where the primary model reads both query and
+  passage, `multilingual_weight_shared` (it is far weaker there: SciFact 0.392 vs
+  MiniLM 0.645, so it must not be fused blindly into English search);
+- a lane that cannot see a passage is no evidence against it: a passage in another
+  script than the query's is scored by the multilingual lane alone, so that score is
+  scaled to the weight a same-script passage can collect from all its lanes (else a
+  Russian question over a mixed library would always rank the Russian book's best
+  keyword match above the English book's answer).
 """
 
 from __future__ import annotations
@@ -70,18 +91,66 @@ def normalised(scores: list[float], depth: int) -> list[float]:
     return [max(0.0, (s - floor) / (top - floor)) for s in scores]
 
 
-def convex_fusion(lanes: list[tuple[LaneHits, float]], k: int, depths: dict[str, int]) -> list[Fused]:
-    """`depths`: the depth each graded lane is normalised over (its configured depth)."""
+def convex_fusion(lanes: list[tuple[LaneHits, float]], k: int, depths: dict[str, int],
+                  factors: dict[str, dict[int, float]] | None = None) -> list[Fused]:
+    """`depths`: the depth each graded lane is normalised over (its configured depth).
+    `factors`: lane -> passage -> multiplier of its weight (trust_factors); a passage
+    missing there counts 1."""
     pool: dict[int, Fused] = {}
+    factors = factors or {}
     for hits, weight in lanes:
         if weight <= 0:
             continue
         values = (normalised(hits.scores, depths.get(hits.name, len(hits))) if hits.graded
                   else [(k + 1) / (k + rank) for rank in range(1, len(hits) + 1)])
+        lane_factors = factors.get(hits.name, {})
         for rank, (pid, value) in enumerate(zip(hits.ids, values), start=1):
+            if lane_factors.get(pid, 1.0) <= 0:
+                continue   # not trusted for this passage: neither score nor rank (ties stay as without it)
             item = pool.setdefault(pid, Fused(pid))
             if hits.name not in item.lanes:  # first occurrence wins, as in ranks()
                 item.lanes[hits.name] = rank
-                item.parts[hits.name] = weight * value
+                item.parts[hits.name] = weight * lane_factors.get(pid, 1.0) * value
                 item.score += item.parts[hits.name]
     return _ordered(pool)
+
+
+def drop_hits(hits: LaneHits, keep: set[int] | None = None, drop: set[int] | None = None) -> LaneHits:
+    """The lane without the passages in `drop` (ranks and normalisation then run over
+    what is left, so its best trusted hit still counts as its best)."""
+    drop = drop or set()
+    idx = [i for i, pid in enumerate(hits.ids) if pid not in drop and (keep is None or pid in keep)]
+    out = LaneHits(hits.name, [hits.ids[i] for i in idx], [hits.scores[i] for i in idx],
+                   [hits.doc_ids[i] for i in idx] if hits.doc_ids else [], hits.status, hits.ms, hits.graded)
+    if len(out) != len(hits):
+        out.status = f"{hits.status}; {len(hits) - len(out)} hits in another script than the query's left out"
+    return out
+
+
+def trust_factors(lanes: list[LaneHits], scripts: dict[int, str], query_script: str, *,
+                  primary_reads_query: bool, primary_monolingual: bool = True, primary_lane: str = "vector",
+                  multi_lane: str = "multilingual",
+                  keyword_lane: str = "keyword", shared_weight: float = 0.0, cross_factor: float = 1.0
+                  ) -> tuple[list[LaneHits], dict[str, dict[int, float]]]:
+    """The lanes with untrusted hits dropped, and weight multipliers for the rest (see
+    the module docstring). `scripts`: passage id -> its script (serving.search.language).
+    `cross_factor`: the multiplier of a multilingual hit in another script than the
+    query's - only that lane can read such a passage, and a lane that cannot see a
+    passage is no evidence against it, so its score stands for the weight of all the
+    lanes a same-script passage could collect (the engine passes that sum over the
+    multilingual weight)."""
+    out: list[LaneHits] = []
+    factors: dict[str, dict[int, float]] = {}
+    comparable = query_script in ("latin", "cyrillic")
+    for hits in lanes:
+        if comparable and (hits.name == keyword_lane or (hits.name == primary_lane and primary_monolingual)):
+            foreign = {pid for pid in hits.ids if scripts.get(pid, query_script) not in (query_script, "none")}
+            out.append(drop_hits(hits, drop=foreign) if foreign else hits)
+        elif hits.name == multi_lane:
+            same = shared_weight if primary_reads_query else 1.0
+            factors[hits.name] = {pid: (same if not comparable or scripts.get(pid, query_script)
+                                        in (query_script, "none") else cross_factor) for pid in hits.ids}
+            out.append(hits)
+        else:
+            out.append(hits)
+    return out, factors

@@ -154,6 +154,9 @@ class SearchConfig:
     (rrf_k, fusion, bm25_b, keyword_doc_weight: see their comments)."""
 
     vector: bool = True
+    # the second vector lane: the multilingual model (LIBRARY_EMBED_MULTILINGUAL) over
+    # embedding_multi; off also when that setting is off
+    multilingual: bool = True
     keyword: bool = True
     title: bool = True
     structure: bool = True          # "table of contents" -> kind='toc' passages (see structure.py)
@@ -171,6 +174,22 @@ class SearchConfig:
     fusion: str = "convex"
     vector_weight: float = 1.0
     keyword_weight: float = 1.0
+    # Per-query trust (serving/search/fusion.py trust_factors): the English-only model is
+    # left out for a query it cannot read, keyword and English-only hits in another
+    # script than the query's are dropped, and the multilingual lane counts fully where
+    # it is the only lane that reads query and passage. False: every lane at its weight.
+    language_aware: bool = True
+    multilingual_weight: float = 1.0
+    # the primary model's weight (times vector_weight) for a query in a language it does
+    # not read (MiniLM: English only), when the multilingual lane stands in; its hits in
+    # another script than the query's are dropped whatever this says
+    vector_weight_foreign: float = 0.0
+    # the multilingual lane's weight on passages the primary model reads too (an English
+    # query over English text): USE-m3 alone scores 0.392 on SciFact against MiniLM's 0.645,
+    # 0.6x; at 0 an English library ranks exactly as without the second lane (SciFact
+    # unchanged by construction), and the lane still finds what only it can read
+    # (passages in another script than the query's). docs/evaluation.md has the figures.
+    multilingual_weight_shared: float = 0.0
     # with k = 60 every lane's rank 1 scores 1/61: an exact title match tied an
     # ordinary semantic hit and lost on insertion order until it weighed 2x.
     title_weight: float = 2.0
@@ -228,7 +247,7 @@ class SearchConfig:
     @classmethod
     def only(cls, *lanes: str, **overrides: Any) -> SearchConfig:
         """A config with just these lanes on, e.g. SearchConfig.only('vector')."""
-        known = ("vector", "keyword", "title", "structure")
+        known = ("vector", "multilingual", "keyword", "title", "structure")
         bad = [lane for lane in lanes if lane not in known]
         if bad:
             raise ValueError(f"unknown lane {bad[0]!r}; lanes: {', '.join(known)}")
@@ -283,6 +302,7 @@ class SearchResponse:
     health: dict[str, Any] = field(default_factory=dict)
     pool_size: int = 0
     config_label: str = "default"
+    query_language: str | None = None   # as fusion read it (serving.search.language)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -292,6 +312,7 @@ class SearchResponse:
             "results": [r.to_dict() for r in self.results],
             "summaries": [r.to_dict() for r in self.summaries],
             "pool_size": self.pool_size,
+            "query_language": self.query_language,
             "stages": dict(self.stages),
             "timings_ms": {k: round(v, 1) for k, v in self.timings.items()},
             "warnings": list(self.warnings),

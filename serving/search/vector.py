@@ -40,25 +40,34 @@ def set_scan_options(conn: psycopg.Connection, ef_search: int, max_scan_tuples: 
     )
 
 
-def vector_sql(model: str, dims: int, predicate: Predicate, *, summaries: bool, exact: bool = False) -> sql.Composed:
+# (vector column, model column) of each vector lane: the primary model's, and the
+# multilingual second model's (schema.sql, serving.passage_writer)
+COLUMNS = {"primary": ("embedding", "embed_model"), "multilingual": ("embedding_multi", "embed_model_multi")}
+
+
+def vector_sql(model: str, dims: int, predicate: Predicate, *, summaries: bool, exact: bool = False,
+               column: str = "primary") -> sql.Composed:
     """`exact` orders by an expression the index cannot serve (`+ 0`): the planner then
     reads the filtered rows (document btree) and sorts them - right for one document,
     whose few hundred passages HNSW would have to dig for among all the others."""
+    vec_col, model_col = (sql.Identifier(c) for c in COLUMNS[column])
     cast = sql.SQL("halfvec({})").format(sql.SQL(str(int(dims))))
     level = sql.SQL("p.summary_level > 0" if summaries else "p.summary_level = 0")
-    order = sql.SQL("(p.embedding::{cast} <=> %(qvec)s::{cast}) + 0" if exact else
-                    "p.embedding::{cast} <=> %(qvec)s::{cast}").format(cast=cast)
+    order = sql.SQL("(p.{col}::{cast} <=> %(qvec)s::{cast}) + 0" if exact else
+                    "p.{col}::{cast} <=> %(qvec)s::{cast}").format(cast=cast, col=vec_col)
     return sql.SQL(
-        "SELECT p.id, p.document_id, (p.embedding::{cast} <=> %(qvec)s::{cast}) AS distance FROM passages p "
-        "WHERE p.embed_model = {model} AND {level} AND {pred} ORDER BY {order} LIMIT %(k)s"
-    ).format(cast=cast, model=sql.Literal(model), level=level, pred=predicate.clause, order=order)
+        "SELECT p.id, p.document_id, (p.{col}::{cast} <=> %(qvec)s::{cast}) AS distance FROM passages p "
+        "WHERE p.{model_col} = {model} AND {level} AND {pred} ORDER BY {order} LIMIT %(k)s"
+    ).format(cast=cast, col=vec_col, model_col=model_col, model=sql.Literal(model), level=level,
+             pred=predicate.clause, order=order)
 
 
 def vector_lane(conn: psycopg.Connection, model: str, dims: int, qvec: np.ndarray, predicate: Predicate,
-                *, depth: int, summaries: bool = False, exact: bool = False) -> LaneHits:
-    name = "summaries" if summaries else "vector"
+                *, depth: int, summaries: bool = False, exact: bool = False, column: str = "primary",
+                name: str | None = None) -> LaneHits:
+    name = name or ("summaries" if summaries else "vector")
     started = time.perf_counter()
-    query = vector_sql(model, dims, predicate, summaries=summaries, exact=exact)
+    query = vector_sql(model, dims, predicate, summaries=summaries, exact=exact, column=column)
     params = {**predicate.params, "qvec": HalfVector(np.asarray(qvec, dtype=np.float32)), "k": int(depth)}
     rows = conn.execute(query, params).fetchall()
     rows.sort(key=lambda r: (r[2], r[0]))  # relaxed_order: restore exact distance order

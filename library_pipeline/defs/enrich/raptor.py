@@ -32,12 +32,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from pgvector import HalfVector
 
-from library_pipeline.defs.ingest.store import StepResult, clip_heading, ensure_model_indexes, ingested_document
+from library_pipeline.defs.ingest.store import StepResult, clip_heading, ingested_document
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 from serving.generation import GenerationError, TextGenerator
+from serving.passage_writer import PassageRow, PassageWriter, ensure_indexes
 
 log = logging.getLogger(__name__)
 
@@ -249,19 +249,12 @@ FROM passages WHERE document_id = %s AND summary_level = 0 AND NOT removed AND e
 ORDER BY ordinal
 """
 
-INSERT_SUMMARY_SQL = """
-INSERT INTO passages (document_id, source, ordinal, kind, summary_level, summarises, page_start, page_end,
-                      heading, content, content_hash, embed_hash, ts_config, embedding, embed_model)
-VALUES (%s, 'library', %s, 'summary', %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s)
-RETURNING id
-"""
-
-
 def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGenerator | None = None, *,
                 force: bool = False) -> StepResult:
     started = time.perf_counter()
     summariser = generator.name if generator is not None else "extractive"
-    ensure_model_indexes(db, embedder)
+    writer = PassageWriter(embedder)
+    ensure_indexes(db, writer)
     with db.connect() as conn:
         doc, result = ingested_document(conn, key)
         if doc is None:
@@ -281,19 +274,29 @@ def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGener
         result.status, result.reason = "failed", f"summariser {summariser}: {exc}"
         return result
 
+    # the primary vector of a summary is the tree's own (build_levels); the multilingual
+    # model embeds the summary's text like any passage's
+    texts = [embed_text_for_passage(doc["title"], _heading(node.children), node.text)
+             for level in levels for node in level]
+    with db.connect() as conn:
+        vectors = writer.prepare(conn, texts, primary_given={sha256(t) for t in texts})
+
     with db.transaction() as conn:
         now = conn.execute("SELECT version FROM documents WHERE id = %s FOR UPDATE", (doc["id"],)).fetchone()
         if now is None or now[0] != version:
             result.status, result.reason = "skipped", "passages changed during the build; the next run rebuilds"
             return result
-        conn.execute("DELETE FROM passages WHERE document_id = %s AND summary_level > 0", (doc["id"],))
+        writer.swap(conn, doc["id"], [], vectors, summaries=True)
         for level in levels:
-            for ordinal, node in enumerate(level):
-                embedded = embed_text_for_passage(doc["title"], _heading(node.children), node.text)
-                node.id = conn.execute(INSERT_SUMMARY_SQL, (
-                    doc["id"], ordinal, node.level, [c.id for c in node.children], node.page_start, node.page_end,
-                    _heading(node.children), node.text, sha256(node.text), sha256(embedded), doc["ts_config"],
-                    HalfVector(node.vector), embedder.name)).fetchone()[0]
+            rows = [PassageRow(content=node.text,
+                               embed_text=embed_text_for_passage(doc["title"], _heading(node.children), node.text),
+                               document_id=doc["id"], ordinal=ordinal, kind="summary", summary_level=node.level,
+                               summarises=[c.id for c in node.children], page_start=node.page_start,
+                               page_end=node.page_end, heading=_heading(node.children),
+                               ts_config=doc["ts_config"], vector=node.vector)
+                    for ordinal, node in enumerate(level)]
+            for node, pid in zip(level, writer.insert(conn, rows, vectors)):
+                node.id = pid
         conn.execute(
             "INSERT INTO raptor_builds (document_id, version, embed_model, summariser, levels, nodes) "
             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (document_id) DO UPDATE SET version = EXCLUDED.version, "

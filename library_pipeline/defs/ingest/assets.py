@@ -171,12 +171,18 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
         batched.clear()
     embed_seconds = sum(r.figures.get("embed_seconds", 0.0) for r in results) + batched.seconds
     embedded = _sum("embedded")(results)
+    multi_seconds = sum(r.figures.get("embed_seconds_multilingual", 0.0) for r in results)
+    multi_embedded = _sum("embedded_multilingual")(results)
+    multi = next((r.figures["multilingual_model"] for r in results if "multilingual_model" in r.figures), None)
     return _report(context, "embed", results, lambda rs: {
         "passages": _sum("passages")(rs), "embedded": embedded, "reused": _sum("reused")(rs),
         "model": model.name, "dims": model.dims,
         "seconds": round(sum(r.figures.get("seconds", 0.0) for r in rs) + batched.seconds, 3),
         "batched_encode_calls": batched.calls,
         "embed_passages_per_s": round(embedded / embed_seconds, 1) if embed_seconds else 0.0,
+        # the second vector lane (serving.passage_writer); "off" when LIBRARY_EMBED_MULTILINGUAL=off
+        "multilingual_model": multi or "off", "embedded_multilingual": multi_embedded,
+        "multilingual_passages_per_s": round(multi_embedded / multi_seconds, 1) if multi_seconds else 0.0,
     })
 
 

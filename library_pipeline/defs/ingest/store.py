@@ -19,9 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import psycopg
-from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
 from library_pipeline.defs.ingest.chunking import chunk_pages
@@ -29,6 +27,7 @@ from library_pipeline.defs.ingest.extract import ExtractionError, Page, extract_
 from library_pipeline.defs.ingest.partitions import fs_path, partition_key_for
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.passage_writer import PassageRow, PassageWriter, ensure_indexes
 
 log = logging.getLogger(__name__)
 
@@ -292,26 +291,6 @@ def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
 
 # -- step 3: embedding + the atomic swap ---------------------------------------------
 
-INSERT_PASSAGE_SQL = """
-INSERT INTO passages (document_id, source, ordinal, kind, page_start, page_end, heading, content,
-                      content_hash, embed_hash, ts_config, embedding, embed_model)
-VALUES (%s, 'library', %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s)
-"""
-
-_indexed_models: set[tuple[str, str]] = set()
-
-
-def ensure_model_indexes(db: Database, embedder: Embedder) -> None:
-    marker = (db.dsn, embedder.name)
-    if marker in _indexed_models:
-        return
-    with db.transaction() as conn:
-        conn.execute("SELECT ensure_vector_indexes(%s, %s)", (embedder.name, embedder.dims))
-        conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model', %s) "
-                     "ON CONFLICT (key) DO NOTHING", (Jsonb({"name": embedder.name, "dims": embedder.dims}),))
-    _indexed_models.add(marker)
-
-
 def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = False,
                crash_hook=None) -> StepResult:
     """Embed a file's chunks and swap them in as its live passages, atomically.
@@ -321,7 +300,8 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
     re-embeds only the passages that changed.
     """
     started = time.perf_counter()
-    ensure_model_indexes(db, embedder)
+    writer = PassageWriter(embedder)
+    ensure_indexes(db, writer)
     with db.connect() as conn:
         doc = _document(conn, key)
         if doc is None:
@@ -331,44 +311,34 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
             result.status, result.reason = "skipped", f"file {doc['status']}"
             return result
         if not force and doc["indexed_hash"] and doc["indexed_hash"] == doc["content_hash"]:
-            stale = conn.execute("SELECT count(*) FROM passages WHERE document_id = %s AND summary_level = 0 "
-                                 "AND embed_model IS DISTINCT FROM %s", (doc["id"], embedder.name)).fetchone()[0]
-            if not stale:
+            if not writer.stale(conn, "document_id = %s AND summary_level = 0", (doc["id"],)):
                 result.status, result.reason = "skipped", "passages are current"
                 return result
         chunks = conn.execute("SELECT ordinal, kind, page_start, page_end, heading, content, content_hash "
                               "FROM chunks WHERE document_id = %s ORDER BY ordinal", (doc["id"],)).fetchall()
-        texts = [embed_text_for_passage(doc["title"], c[4], c[5]) for c in chunks]
-        hashes = [sha256(t) for t in texts]
+        rows = [PassageRow(content=c[5], embed_text=embed_text_for_passage(doc["title"], c[4], c[5]),
+                           document_id=doc["id"], ordinal=c[0], kind=c[1], page_start=c[2], page_end=c[3],
+                           heading=c[4], content_hash=c[6], ts_config=doc["ts_config"]) for c in chunks]
         # any passage with the same embedded text under the same model will do,
         # in this file or another: a library often holds the same book twice
-        reusable = dict(conn.execute(
-            "SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
-            "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL",
-            (embedder.name, hashes)).fetchall())
-    todo = sorted({h: i for i, h in enumerate(hashes) if h not in reusable}.values())
-    embed_started = time.perf_counter()
-    vectors = embedder.encode_passages([texts[i] for i in todo]) if todo else np.zeros((0, embedder.dims))
-    embed_seconds = time.perf_counter() - embed_started
-    fresh = {hashes[i]: HalfVector(vectors[n]) for n, i in enumerate(todo)}
+        vectors = writer.prepare(conn, [r.embed_text for r in rows])
     if crash_hook is not None:
         crash_hook("before_swap")
 
     with db.transaction() as conn:
         conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
-        conn.execute("DELETE FROM passages WHERE document_id = %s AND summary_level = 0", (doc["id"],))
-        with conn.cursor() as cur:
-            cur.executemany(INSERT_PASSAGE_SQL, [
-                (doc["id"], c[0], c[1], c[2], c[3], c[4], c[5], c[6], h, doc["ts_config"],
-                 reusable.get(h) or fresh[h], embedder.name)
-                for c, h in zip(chunks, hashes)])
+        writer.swap(conn, doc["id"], rows, vectors)
         if crash_hook is not None:
             crash_hook("inside_swap")
         conn.execute("UPDATE documents SET indexed_hash = content_hash, status = 'ingested', error = NULL, "
                      "version = version + 1, updated_at = now() WHERE id = %s", (doc["id"],))
     result.figures = {
-        "passages": len(chunks), "embedded": len(todo), "reused": len(chunks) - len(todo),
-        "model": embedder.name, "embed_seconds": round(embed_seconds, 3),
+        "passages": len(chunks), "embedded": vectors.embedded, "reused": len(chunks) - vectors.embedded,
+        "model": embedder.name, "embed_seconds": round(vectors.embed_seconds, 3),
         "seconds": round(time.perf_counter() - started, 3),
     }
+    if writer.multi is not None:
+        result.figures.update({"embedded_multilingual": vectors.embedded_multi,
+                               "multilingual_model": writer.multi.name,
+                               "embed_seconds_multilingual": round(vectors.embed_seconds_multi, 3)})
     return result

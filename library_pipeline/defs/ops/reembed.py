@@ -35,21 +35,53 @@ def _metadata(st: dict) -> dict:
                 "switched_passages", "switch_seconds"):
         if key in st:
             md[key] = st[key]
+    multi = st.get("multilingual") or {}
+    md["multilingual model"] = multi.get("model") or "none"
+    md["multilingual done"] = int(multi.get("done", 0))
+    md["multilingual remaining"] = int(multi.get("remaining", 0))
     return md
+
+
+def _fill_multilingual(context: dg.AssetExecutionContext, db, config: "ReembedConfig", spent: float) -> dict | None:
+    """The second lane's missing vectors (a library ingested before it existed), in the
+    time left; None when the lane is off or nothing is missing."""
+    from serving.embedding import multilingual_embedder
+
+    multi = multilingual_embedder()
+    if multi is None:
+        return None
+    with db.connect() as conn:
+        if not migrate.multilingual_counts(conn, multi.name)["remaining"]:
+            return None
+    left = (config.max_seconds - spent) if config.max_seconds else None
+    if left is not None and left <= 0:
+        return None
+
+    def progress(res: migrate.BatchResult, counts: dict) -> None:
+        context.log.info("multilingual batch of %d (%d embedded) in %.1fs: %d done, %d remaining", res.passages,
+                         res.embedded, res.seconds, counts["done"], counts["remaining"])
+
+    return migrate.fill_multilingual(db, multi, max_seconds=left, pause_seconds=config.pause_seconds,
+                                     on_batch=progress)
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"},
           description="The re-embed migration recorded by `library migrate embedder start`: re-embeds "
                       "passages, summaries, vault notes and memories in committed batches while search "
-                      "keeps using the active model, then switches in one transaction. Metadata: state, "
-                      "model, done, remaining. Nothing running: reports the active model.")
+                      "keeps using the active model, then switches in one transaction; then fills the "
+                      "multilingual lane's missing vectors. Metadata: state, model, done, remaining, and the "
+                      "multilingual lane's model, done, remaining. Nothing running: reports the active model.")
 def reembed_migration(context: dg.AssetExecutionContext, config: ReembedConfig,
                       library_db: LibraryDatabase) -> dg.MaterializeResult:
     db = library_db.get()
+    started = time.perf_counter()
     with db.connect() as conn:
         st = migrate.status(conn)
     if st["state"] != "running":
         context.log.info("no migration running (%s); active model %s", st["state"], st.get("active"))
+        if _fill_multilingual(context, db, config, 0.0) is not None:
+            with db.connect() as conn:
+                st = migrate.status(conn)
         return dg.MaterializeResult(metadata=_metadata(st))
 
     def progress(res: migrate.BatchResult, left: dict) -> None:
@@ -61,6 +93,9 @@ def reembed_migration(context: dg.AssetExecutionContext, config: ReembedConfig,
     if out.get("switched"):
         out.setdefault("done", out.get("switched_passages", 0))
         out.setdefault("remaining", 0)
+        _fill_multilingual(context, db, config, time.perf_counter() - started)
+        with db.connect() as conn:
+            out["multilingual"] = migrate.multilingual_counts(conn)
     return dg.MaterializeResult(metadata=_metadata(out))
 
 

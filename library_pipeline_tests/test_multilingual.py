@@ -1,0 +1,231 @@
+"""The multilingual vector lane end to end, on the example library's own books: the
+one passage writer stores both models' vectors (reused across identical texts), a
+Russian question finds the Russian book's passage and an English book's passage,
+fusion leaves the English-only model out for a Russian query, the lane can be
+switched off, a library written without it is filled by the migration - and the
+same questions asked over MCP with the real client."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from library_pipeline import migrate
+from library_pipeline_tests.ingest_helpers import ingest, latest_metadata
+from serving.embedding import USEM3_NAME, multilingual_embedder
+from serving.search import SearchConfig, search
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "library"
+PUSHKIN = "Пушкин - Капитанская дочка.txt"
+ALICE = "Carroll - Alice's Adventures in Wonderland.txt"
+ALICE_EPUB = "Carroll - Alice's Adventures in Wonderland.epub"
+# excerpts keep the module's ingest short on a shared 2-core box: Pushkin's chapter I
+# (the departure), Alice's chapters I-II (the bottle)
+PUSHKIN_CHARS = 12_000
+ALICE_CHARS = 20_000
+
+# the module ingests two books with two models: minutes on a loaded box
+pytestmark = pytest.mark.timeout(2400)
+
+# (question, the book, text the first passage must contain)
+QUESTIONS = [
+    ("Что надели на героя в дорогу, а сверху лисью шубу?", PUSHKIN, "заячий тулуп"),
+    ("Что было написано на бутылочке, которую нашла Алиса?", ALICE, "DRINK ME"),
+]
+
+
+def _alice_text() -> str:
+    """The example library's Alice EPUB as plain text, from chapter I (the pipeline's own EPUB
+    extraction, so the text is what an ingest of the EPUB would index)."""
+    from library_pipeline.defs.ingest.extract import extract_file
+
+    text = "\n\n".join(p.text for p in extract_file(EXAMPLES / ALICE_EPUB).pages)
+    return text[text.find("Down the Rabbit-Hole"):]
+
+
+@pytest.fixture(scope="module")
+def library(server_db, tmp_path_factory):
+    """Pushkin (an excerpt, to keep the test short) and Alice, ingested by the pipeline."""
+    from library_pipeline_tests.conftest import new_database
+
+    lib = tmp_path_factory.mktemp("multilingual") / "library"
+    lib.mkdir()
+    text = (EXAMPLES / PUSHKIN).read_text(encoding="utf-8")
+    (lib / PUSHKIN).write_text(text[:PUSHKIN_CHARS], encoding="utf-8")
+    (lib / ALICE).write_text(_alice_text()[:ALICE_CHARS], encoding="utf-8")
+    db = new_database(server_db, lib)
+    with dg.DagsterInstance.ephemeral() as instance:
+        out = ingest(db, instance)
+        assert out["failed"] == 0, out
+        meta = latest_metadata(instance, "embeddings")
+    yield db, meta
+    db.stop()
+
+
+def test_every_passage_has_both_vectors(library):
+    db, meta = library
+    with db.connect() as conn:
+        total, primary, multi = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE embedding IS NOT NULL), count(*) FILTER "
+            "(WHERE embed_model_multi = %s AND embedding_multi IS NOT NULL) FROM passages", (USEM3_NAME,)).fetchone()
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'passages' "
+                                              "AND indexname LIKE 'passages_hnsw_multi%'")}
+        recorded = migrate.multilingual_counts(conn)
+    assert total > 100 and primary == total and multi == total
+    assert len(indexes) == 2   # verbatim and summaries, as for the primary model
+    assert recorded == {"model": USEM3_NAME, "done": total, "remaining": 0}
+
+
+@pytest.mark.parametrize("question,book,needle", QUESTIONS)
+def test_questions_find_the_right_passage_first(library, embedder, question, book, needle):
+    db, _ = library
+    with db.connect() as conn:
+        resp = search(conn, embedder, question, top_k=5)
+    top = resp.results[0]
+    assert top.path == book and needle in top.text, [(r.path, r.text[:80]) for r in resp.results]
+    assert "multilingual" in top.lanes, top.lanes
+    # a Russian question: the English-only model is left out
+    assert resp.query_language == "ru" and resp.stages["vector"].startswith("skipped"), resp.stages
+
+
+def test_english_only_model_alone_cannot_answer_the_russian_question(library, embedder):
+    """The measurement the lane exists for, on this library: MiniLM alone does not put
+    the Russian answer first, the multilingual lane alone does."""
+    db, _ = library
+    question, book, needle = QUESTIONS[1]
+    with db.connect() as conn:
+        alone = search(conn, embedder, question, top_k=3, config=SearchConfig.only("vector", log_queries=False))
+        multi = search(conn, embedder, question, top_k=3, config=SearchConfig.only("multilingual", log_queries=False))
+    assert needle not in alone.results[0].text
+    assert needle in multi.results[0].text
+
+
+def test_identical_text_reuses_both_vectors(library, tmp_path):
+    """A second copy of a book embeds nothing: both models' vectors are reused."""
+    from library_pipeline.defs.ingest.store import chunk_step, embed_step, extract_step, register_files
+    from serving.embedding import load_embedder
+
+    db, _ = library
+    copy = db.settings.library_dir / "copy" / PUSHKIN
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copy(db.settings.library_dir / PUSHKIN, copy)
+    key = register_files(db, {f"copy/{PUSHKIN}": copy})[f"copy/{PUSHKIN}"]
+    emb = load_embedder("minilm")
+    try:
+        extract_step(db, db.settings.library_dir, key)
+        chunk_step(db, key, emb)
+        res = embed_step(db, key, emb)
+        assert res.status == "ok", res.reason
+        assert res.figures["embedded"] == 0 and res.figures["embedded_multilingual"] == 0, res.figures
+        assert res.figures["reused"] == res.figures["passages"] > 0
+    finally:
+        copy.unlink()
+
+
+def test_fill_fills_a_library_written_without_the_lane(library, monkeypatch):
+    db, _ = library
+    with db.transaction() as conn:
+        ids = [r[0] for r in conn.execute(
+            "UPDATE passages SET embedding_multi = NULL, embed_model_multi = NULL WHERE id IN "
+            "(SELECT id FROM passages ORDER BY id LIMIT 25) RETURNING id")]
+    with db.connect() as conn:
+        before = migrate.status(conn)["multilingual"]
+    assert before["remaining"] == 25
+    assert "25 without its vector" in migrate.describe({"state": "none", "active": "x", "multilingual": before})
+    out = migrate.fill_multilingual(db, batch_size=10)
+    assert out["passages"] == 25 and out["remaining"] == 0 and out["batches"] == 3
+    assert out["reused"] + out["embedded"] == 25
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM passages WHERE id = ANY(%s) AND embed_model_multi = %s",
+                            (ids, USEM3_NAME)).fetchone()[0] == 25
+
+
+def test_the_lane_can_be_switched_off(make_db, embedder, monkeypatch):
+    """LIBRARY_EMBED_MULTILINGUAL=off: one vector per passage, one vector lane."""
+    monkeypatch.setenv("LIBRARY_EMBED_MULTILINGUAL", "off")
+    assert multilingual_embedder() is None
+    db = make_db()
+    (db.settings.library_dir / "note.txt").write_text(
+        "The lighthouse keeper climbed the stairs every evening to light the lamp.\n\n"
+        "Ships passing the cape saw the light and kept away from the rocks.", encoding="utf-8")
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert ingest(db, instance)["failed"] == 0
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FILTER (WHERE embedding_multi IS NOT NULL), count(*) "
+                            "FROM passages").fetchone()[0] == 0
+        resp = search(conn, embedder, "who lit the lamp", top_k=3)
+    assert resp.stages["multilingual"].startswith("off") and resp.results
+    assert "multilingual" not in resp.results[0].lanes
+    db.stop()
+
+
+def test_query_language_and_script():
+    from serving.search.language import query_language, script
+
+    assert query_language("0-dimensional biomaterials show inductive properties") == "en"
+    assert query_language("ADHD gene variants") == "en"
+    assert query_language("Кто комендант Белогорской крепости?") == "ru"
+    assert query_language("Wer war der Kommandant der Festung am Fluss?") == "de"
+    assert script("Савельич, дядька") == "cyrillic" and script("DRINK ME") == "latin" and script("1999") == "none"
+
+
+def test_trust_drops_cross_script_noise_and_scales_the_only_reader():
+    """Russian query over a mixed library: keyword and English-only hits in Latin script are
+    dropped; the multilingual lane's Latin hit counts for the weight a Cyrillic passage can
+    collect (keyword + multilingual = 2), so it is not outranked by a weak keyword match."""
+    from serving.search.fusion import convex_fusion, trust_factors
+    from serving.search.lanes import LaneHits
+
+    scripts = {1: "cyrillic", 2: "cyrillic", 3: "latin", 4: "latin"}
+    kw = LaneHits("keyword", [2, 4, 1], [9.0, 8.0, 1.0], graded=True)
+    vec = LaneHits("vector", [4, 3, 1], [0.5, 0.4, 0.3], graded=True)
+    multi = LaneHits("multilingual", [3, 1, 2], [0.8, 0.5, 0.2], graded=True)
+    lanes, factors = trust_factors([vec, kw, multi], scripts, "cyrillic", primary_reads_query=False,
+                                   cross_factor=2.0)
+    by = {h.name: h for h in lanes}
+    assert by["keyword"].ids == [2, 1] and "another script" in by["keyword"].status
+    assert by["vector"].ids == [1]
+    assert factors["multilingual"] == {3: 2.0, 1: 1.0, 2: 1.0}
+    fused = convex_fusion([(by["keyword"], 1.0), (by["multilingual"], 1.0)], 20, {}, factors)
+    assert fused[0].id == 3   # the English answer: 2.0 against the keyword match's 1.0 + 0.0
+
+    # an English query over English text: the multilingual lane adds nothing at weight 0
+    lanes, factors = trust_factors([vec, multi], {i: "latin" for i in range(1, 5)}, "latin",
+                                   primary_reads_query=True, shared_weight=0.0)
+    fused = convex_fusion([(lanes[0], 1.0), (lanes[1], 1.0)], 20, {}, factors)
+    assert [f.id for f in fused][:3] == [4, 3, 1] and fused[0].parts["vector"] == 1.0
+
+
+def test_setting_is_validated(monkeypatch):
+    from serving.settings import multilingual_setting
+
+    monkeypatch.setenv("LIBRARY_EMBED_MULTILINGUAL", "labse")
+    with pytest.raises(ValueError, match="usem3 or off"):
+        multilingual_setting()
+
+
+def test_mcp_answers_russian_questions_about_both_books(library, tmp_path):
+    """The same questions over MCP, with the real client and the server as agents start it."""
+    db, _ = library
+    env = {"LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "LIBRARY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "serving.mcp_server"], env=env, cwd=str(REPO))
+
+    async def run() -> None:
+        async with Client(params, read_timeout_seconds=300) as client:
+            for question, book, needle in QUESTIONS:
+                found = await client.call_tool("library_search", {"query": question, "top_k": 3})
+                assert not found.is_error
+                top = found.structured_content["results"][0]
+                assert top["path"] == book and needle in top["text"], (question, top["path"], top["text"][:120])
+                assert "multilingual" in top["lanes"]
+
+    asyncio.run(run())

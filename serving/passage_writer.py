@@ -1,0 +1,225 @@
+"""The one writer of `passages`: vectors (reuse, then embed the missing ones), the
+per-model vector indexes, and the insert / swap of a set of rows.
+
+Every producer of searchable text goes through here - library ingest, RAPTOR
+summaries, vault notes, agent memories - so the rules below hold for all of them:
+
+- **Two vector lanes.** Each row gets the primary model's vector (`embedding`,
+  `embed_model`) and, unless LIBRARY_EMBED_MULTILINGUAL=off, the multilingual
+  model's (`embedding_multi`, `embed_model_multi`). Both are embedded from the same
+  text, whose sha256 is `embed_hash`.
+- **Reuse.** A vector already stored for the same embedded text under the same model
+  (this file or another: a library often holds the same book twice) is copied, not
+  recomputed; per model, so a library that predates the second lane reuses its
+  primary vectors and embeds only the multilingual ones.
+- **Indexes** (schema.sql ensure_vector_indexes / ensure_multilingual_indexes) are
+  created once per database and model before the first row of that model is written.
+- **Swap.** `swap` replaces one document's rows of one altitude (verbatim or
+  summaries) inside the caller's transaction: deleted, or marked superseded when the
+  old version must stay searchable on request (vault notes). The caller owns the
+  transaction, so per-file atomicity is the caller's one `with db.transaction()`.
+
+Interface: rows in (`PassageRow`, plain values), ids out; vectors are prepared with
+`prepare` before the write transaction opens (embedding is slow, locks are not held).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+from psycopg.types.json import Jsonb
+
+from serving.embedding import Embedder, multilingual_embedder, sha256
+
+log = logging.getLogger(__name__)
+
+_DEFAULT = object()
+
+
+@dataclass
+class PassageRow:
+    """One passage to write. `embed_text` is the exact text both models read (for
+    library rows: title and heading before the content, embed_text_for_passage)."""
+
+    content: str
+    embed_text: str
+    ordinal: int = 0
+    kind: str = "text"
+    source: str = "library"
+    document_id: int | None = None
+    summary_level: int = 0
+    summarises: list[int] | None = None
+    page_start: int | None = None
+    page_end: int | None = None
+    heading: str | None = None
+    ts_config: str = "simple"
+    scope: str = "global"
+    agent: str | None = None
+    department: str | None = None
+    memory_id: int | None = None
+    note_version: int | None = None
+    content_hash: str | None = None       # default sha256(content)
+    vector: np.ndarray | None = None      # primary vector computed by the caller (RAPTOR centroids)
+
+    @property
+    def embed_hash(self) -> str:
+        return sha256(self.embed_text)
+
+
+@dataclass
+class Vectors:
+    """Vectors by embed_hash for each model, and what it cost."""
+
+    primary: dict[str, HalfVector] = field(default_factory=dict)
+    multi: dict[str, HalfVector] = field(default_factory=dict)
+    embedded: int = 0          # distinct texts the primary model embedded now
+    reused: int = 0            # distinct texts whose primary vector was already stored
+    embedded_multi: int = 0
+    reused_multi: int = 0
+    embed_seconds: float = 0.0  # primary model
+    embed_seconds_multi: float = 0.0
+    fresh: set[str] = field(default_factory=set)   # hashes the primary model embedded now
+
+
+class PassageWriter:
+    """Writes passages with the primary model and (by default) the multilingual one."""
+
+    _indexed: set[tuple[str, str, str]] = set()   # (dsn, column, model) whose indexes exist
+
+    def __init__(self, primary: Embedder, multilingual: Embedder | None | object = _DEFAULT) -> None:
+        self.primary = primary
+        self.multi: Embedder | None = multilingual_embedder() if multilingual is _DEFAULT else multilingual  # type: ignore[assignment]
+
+    @property
+    def models(self) -> dict[str, str | None]:
+        return {"primary": self.primary.name, "multilingual": self.multi.name if self.multi else None}
+
+    # -- indexes ------------------------------------------------------------------
+
+    def ensure_indexes(self, conn: psycopg.Connection) -> None:
+        """Both models' HNSW indexes, and the library's first model recorded as its
+        active one (settings.embed_model; a re-embed migration changes it later).
+        Call it before the write transaction, on a connection with none open."""
+        dsn = conn.info.dsn
+        todo = [("embedding", self.primary)] + ([("embedding_multi", self.multi)] if self.multi else [])
+        todo = [(col, e) for col, e in todo if (dsn, col, e.name) not in self._indexed]
+        if not todo:
+            return
+        with conn.transaction():
+            for col, e in todo:
+                fn = "ensure_vector_indexes" if col == "embedding" else "ensure_multilingual_indexes"
+                conn.execute(f"SELECT {fn}(%s, %s)", (e.name, e.dims))
+            conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model', %s) ON CONFLICT (key) DO NOTHING",
+                         (Jsonb({"name": self.primary.name, "dims": self.primary.dims}),))
+            if self.multi is not None:
+                conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model_multi', %s) "
+                             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                             (Jsonb({"name": self.multi.name, "dims": self.multi.dims}),))
+        self._indexed.update((dsn, col, e.name) for col, e in todo)
+
+    # -- vectors ------------------------------------------------------------------
+
+    def prepare(self, conn: psycopg.Connection, texts: list[str], *, primary_given: set[str] = frozenset(),
+                reuse: bool = True) -> Vectors:
+        """Vectors for `texts` (by sha256) under both models: stored ones reused, the rest
+        embedded, each distinct text once. `primary_given`: hashes whose primary vector the
+        caller supplies itself (RAPTOR), so the primary model is not asked for them."""
+        by_hash: dict[str, str] = {}
+        for t in texts:
+            by_hash.setdefault(sha256(t), t)
+        hashes = list(by_hash)
+        out = Vectors()
+        wanted = [h for h in hashes if h not in primary_given]
+        if reuse and wanted:
+            out.primary = dict(conn.execute(
+                "SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
+                "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL",
+                (self.primary.name, wanted)).fetchall())
+        if reuse and self.multi is not None and hashes:
+            out.multi = dict(conn.execute(
+                "SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi FROM passages "
+                "WHERE embed_model_multi = %s AND embed_hash = ANY(%s) AND embedding_multi IS NOT NULL",
+                (self.multi.name, hashes)).fetchall())
+        todo = [h for h in wanted if h not in out.primary]
+        out.reused = len(wanted) - len(todo)
+        if todo:
+            t = time.perf_counter()
+            vectors = self.primary.encode_passages([by_hash[h] for h in todo])
+            out.embed_seconds = time.perf_counter() - t
+            out.primary.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(todo, vectors))
+        out.embedded = len(todo)
+        out.fresh = set(todo)
+        if self.multi is not None:
+            todo = [h for h in hashes if h not in out.multi]
+            out.reused_multi = len(hashes) - len(todo)
+            if todo:
+                t = time.perf_counter()
+                vectors = self.multi.encode_passages([by_hash[h] for h in todo])
+                out.embed_seconds_multi = time.perf_counter() - t
+                out.multi.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(todo, vectors))
+            out.embedded_multi = len(todo)
+        return out
+
+    # -- rows ---------------------------------------------------------------------
+
+    _COLUMNS = ("document_id", "source", "ordinal", "kind", "summary_level", "summarises", "page_start",
+                "page_end", "heading", "content", "content_hash", "embed_hash", "ts_config", "scope", "agent",
+                "department", "memory_id", "note_version", "embedding", "embed_model", "embedding_multi",
+                "embed_model_multi")
+    _INSERT = (f"INSERT INTO passages ({', '.join(_COLUMNS)}) VALUES "
+               f"({', '.join('%s::regconfig' if c == 'ts_config' else '%s' for c in _COLUMNS)}) RETURNING id")
+
+    def _values(self, row: PassageRow, vectors: Vectors) -> tuple:
+        h = row.embed_hash
+        primary = HalfVector(np.asarray(row.vector, dtype=np.float32)) if row.vector is not None \
+            else vectors.primary[h]
+        multi = vectors.multi.get(h) if self.multi is not None else None
+        content = row.content.replace("\x00", "")
+        return (row.document_id, row.source, row.ordinal, row.kind, row.summary_level, row.summarises,
+                row.page_start, row.page_end, row.heading, content, row.content_hash or sha256(row.content), h,
+                row.ts_config, row.scope, row.agent, row.department, row.memory_id, row.note_version,
+                primary, self.primary.name, multi, self.multi.name if multi is not None else None)
+
+    def insert(self, conn: psycopg.Connection, rows: list[PassageRow], vectors: Vectors) -> list[int]:
+        """Insert `rows` in the caller's transaction; their ids, in order."""
+        if not rows:
+            return []
+        with conn.cursor() as cur:
+            cur.executemany(self._INSERT, [self._values(r, vectors) for r in rows], returning=True)
+            ids = []
+            while True:
+                ids.append(cur.fetchone()[0])
+                if not cur.nextset():
+                    break
+        return ids
+
+    def swap(self, conn: psycopg.Connection, document_id: int, rows: list[PassageRow], vectors: Vectors, *,
+             summaries: bool = False, supersede: bool = False) -> list[int]:
+        """Replace the document's live rows of one altitude (verbatim, or summaries) by
+        `rows`, in the caller's transaction. `supersede` keeps the old rows, marked
+        superseded, instead of deleting them."""
+        level = "summary_level > 0" if summaries else "summary_level = 0"
+        if supersede:
+            conn.execute(f"UPDATE passages SET superseded = true WHERE document_id = %s AND {level} "
+                         "AND NOT superseded", (document_id,))
+        else:
+            conn.execute(f"DELETE FROM passages WHERE document_id = %s AND {level}", (document_id,))
+        return self.insert(conn, rows, vectors)
+
+    def stale(self, conn: psycopg.Connection, where: str, params: tuple) -> int:
+        """Rows matching `where` (over passages) that lack a current vector of either model."""
+        sql = (f"SELECT count(*) FROM passages WHERE {where} AND (embed_model IS DISTINCT FROM %s"
+               + (" OR embed_model_multi IS DISTINCT FROM %s)" if self.multi is not None else ")"))
+        args = (*params, self.primary.name) + ((self.multi.name,) if self.multi is not None else ())
+        return conn.execute(sql, args).fetchone()[0]
+
+
+def ensure_indexes(db, writer: PassageWriter) -> None:
+    """`PassageWriter.ensure_indexes` on a connection of its own (`db`: serving.db.Database)."""
+    with db.transaction() as conn:
+        writer.ensure_indexes(conn)

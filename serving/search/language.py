@@ -1,0 +1,65 @@
+"""The language of a query and the script of a passage, for fusion's per-query trust
+(serving/search/fusion.py): an English-only embedder is noise for a Russian query,
+and keyword matches across scripts are noise (a Russian question shares only
+numbers and Latin names with an English paragraph).
+
+Query language: py3langid restricted to the languages the library stems (schema.sql
+ts_config_for_language) plus Ukrainian, with a confidence floor for Latin-script text:
+a short English query ("ADHD gene variants") is often misread as Dutch or Danish
+with a low probability, and misreading English as another language would switch off
+the English-only model for it. So a Latin-script query is English unless langid is
+sure; a Cyrillic one is Russian unless langid is sure of Ukrainian (or another).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+LANGUAGES = ("en", "ru", "uk", "de", "fr", "es", "it", "pt", "nl", "sv", "no", "da", "fi", "hu", "ro", "tr", "pl",
+             "cs")
+# a Latin-script query is another language than English only at this langid probability
+CONFIDENT = 0.95
+
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def script(text: str, limit: int = 600) -> str:
+    """'cyrillic', 'latin', 'other' or 'none' (no letters): the majority script of the
+    first `limit` characters' letters."""
+    letters = _LETTER.findall(text[:limit])
+    if not letters:
+        return "none"
+    cyr = sum(1 for ch in letters if "\u0400" <= ch <= "\u04ff")
+    latin = sum(1 for ch in letters if ch < "\u0250")
+    if cyr * 2 > len(letters):
+        return "cyrillic"
+    if latin * 2 > len(letters):
+        return "latin"
+    return "other"
+
+
+@functools.lru_cache(maxsize=1)
+def _identifier():
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    ident.set_languages(list(LANGUAGES))
+    return ident
+
+
+@functools.lru_cache(maxsize=4096)
+def query_language(text: str) -> str:
+    """ISO 639-1 code of a query ('en' when unsure in Latin script, 'ru' in Cyrillic);
+    'und' for text in another script (CJK, Arabic, ...) or without letters."""
+    sc = script(text)
+    if sc == "none":
+        return "en"
+    if sc == "other":
+        return "und"
+    lang, prob = _identifier().classify(text)
+    if sc == "cyrillic":
+        return lang if lang in ("ru", "uk") and prob >= CONFIDENT else "ru"
+    if lang in ("ru", "uk") or prob < CONFIDENT:
+        return "en"
+    return lang
