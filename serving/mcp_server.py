@@ -47,7 +47,7 @@ from serving import graph
 from serving.memory import service as memsvc
 from serving.memory.identity import IdentityError, IdentityMap, env_identity, load_identities
 from serving.runtime import Library
-from serving.search.types import MAX_TOP_K, SearchError, SearchFilters, Viewer
+from serving.search.types import LANES, MAX_TOP_K, SearchConfig, SearchError, SearchFilters, Viewer
 
 log = logging.getLogger("serving.mcp")
 
@@ -62,13 +62,39 @@ library_search to find passages about something. Cite results by path and locati
 library_entity, library_related, library_path and library_subgraph query the knowledge
 graph extracted from the files (what a name is, what it connects to, how two connect)."""
 
-SEARCH_DESCRIPTION = f"""\
-Search the library's passages (books, papers, vault notes) for a topic, a quote, a
-title or a chapter. Hybrid: semantic (vector), keyword (rarest terms, BM25) and
-title/file-name lanes, fused by weighted reciprocal-rank fusion, then reranked by a
-cross-encoder when one is configured.
+# What each lane is, in the words an agent reads; keyed by the names results carry
+# in `lanes` (serving/search/types.py LANES, checked by a test).
+LANE_TEXT = {
+    "vector": '"vector" (meaning, by the English model)',
+    "multilingual": '"multilingual" (meaning, by a multilingual model: a Russian question finds English '
+                    'passages too)',
+    "keyword": '"keyword" (BM25 over every query term, each passage stemmed in its own language)',
+    "title": '"title" (the document\'s file name or title)',
+    "structure": '"structure" (tables of contents)',
+}
 
-Arguments: query (words, a title, a question); top_k 1-{MAX_TOP_K} (default 10);
+
+def search_description(config: SearchConfig | None = None) -> str:
+    """library_search's description, written from the configuration it describes
+    (lanes, fusion, weights), so the text cannot drift from what the code does."""
+    cfg = config or SearchConfig()
+    lanes = ", ".join(LANE_TEXT[lane] for lane in LANES if getattr(cfg, lane))
+    if cfg.fusion == "convex":
+        fusion = ("fused by adding each lane's min-max normalised score times its weight"
+                  + (", trusting lanes per query by language (a lane that cannot read the query's "
+                     "language, or keyword hits in another script, count nothing)" if cfg.language_aware else ""))
+        scores = (f'with score_kind "convex" each lane adds up to its weight (up to {cfg.vector_weight:g} from '
+                  f"the meaning lanes and {cfg.keyword_weight:g} from the keyword lane's best hit, up to "
+                  f"{cfg.title_weight:g} from a title match; about 1.5 or more is a strong hit two lanes rank high)")
+    else:
+        fusion = f"fused by weighted reciprocal-rank fusion (k = {cfg.rrf_k})"
+        scores = 'with score_kind "rrf" they are weighted reciprocal ranks'
+    return f"""\
+Search the library's passages (books, papers, vault notes) for a topic, a quote, a
+title or a chapter. Hybrid lanes: {lanes}; {fusion}; then reranked by a cross-encoder
+when one is configured.
+
+Arguments: query (words, a title, a question; any language); top_k 1-{MAX_TOP_K} (default 10);
 filters (optional object): source ("library" | "vault" | "memory"), path (exact
 document path from library_files), document_id, scope, kind ("text" | "toc" | ...;
 "boilerplate" = licence / publisher text such as the Project Gutenberg licence, left
@@ -77,9 +103,7 @@ out unless named), include_removed / include_superseded / include_archived (defa
 Each result: source, path, title, location (page / section), kind ("toc" = a table
 of contents), score, lanes, text. `lanes` says which lanes found it and at what rank,
 e.g. {{"title": 1, "vector": 3}}: a "title" hit means the document's name matches
-your query. Scores rank results within ONE response only: with score_kind "convex"
-each lane adds up to its weight (1 from the meaning and the keyword lane's best hit,
-up to 2 from a title match; about 1.5 or more is a strong hit both lanes rank high);
+your query. Scores rank results within ONE response only: {scores};
 with "cross-encoder" they are relevance probabilities. A score is
 never evidence that the library contains something: search always returns its
 closest guesses, even for works that are absent. To prove a work is NOT here, call
@@ -88,6 +112,9 @@ library_files and get matched = 0.
 `summaries` holds document-level summaries ranked separately (use them for
 overview questions). `stages` says what ran (e.g. rerank "skipped: ..."), `warnings`
 and `health` report truncated queries and degraded components."""
+
+
+SEARCH_DESCRIPTION = search_description()
 
 FILES_DESCRIPTION = """\
 Inventory: which files the library holds, matched by name or title - NOT by content.

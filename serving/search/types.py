@@ -247,12 +247,21 @@ class SearchConfig:
     @classmethod
     def only(cls, *lanes: str, **overrides: Any) -> SearchConfig:
         """A config with just these lanes on, e.g. SearchConfig.only('vector')."""
-        known = ("vector", "multilingual", "keyword", "title", "structure")
-        bad = [lane for lane in lanes if lane not in known]
-        if bad:
-            raise ValueError(f"unknown lane {bad[0]!r}; lanes: {', '.join(known)}")
-        switches: dict[str, Any] = {lane: lane in lanes for lane in known}
+        check_lanes(lanes)
+        switches: dict[str, Any] = {lane: lane in lanes for lane in LANES}
         return cls(**{**switches, "rerank": False, "label": "+".join(lanes), **overrides})
+
+
+# Every lane search can run, by the name results carry in `lanes` and SearchConfig's
+# switch for it: the one list the eval configurations, the asset check and the MCP
+# description are built from.
+LANES = ("vector", "multilingual", "keyword", "title", "structure")
+
+
+def check_lanes(lanes) -> None:
+    bad = [lane for lane in lanes if lane not in LANES]
+    if bad:
+        raise ValueError(f"unknown lane {bad[0]!r}; lanes: {', '.join(LANES)}")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pydantic import Field
 from library_pipeline.eval.regression import CHECK_METRICS, load_query_set, score_query_set
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.search import SearchConfig
+from serving.search.types import LANES, check_lanes
 
 EMBEDDINGS = dg.AssetKey("embeddings")
 QUERY_SET_ENV = "LIBRARY_EVAL_QUERIES"
@@ -29,17 +30,14 @@ class RetrievalCheckConfig(dg.Config):
     query_set: str = Field(default="", description="Query-set JSON; empty = $LIBRARY_EVAL_QUERIES or the "
                                                    "shipped library_pipeline/eval/queries/example_library.json")
     disable_lanes: List[str] = Field(default_factory=list,
-                                     description="Lanes to switch off (vector, keyword, title, structure), "
+                                     description="Lanes to switch off (vector, multilingual, keyword, title, structure), "
                                                  "to see what each contributes.")
     top_k: int = Field(default=10)
 
 
 def lanes_config(disable: List[str]) -> SearchConfig:
-    known = ("vector", "keyword", "title", "structure")
-    bad = [lane for lane in disable if lane not in known]
-    if bad:
-        raise ValueError(f"unknown lane {bad[0]!r}; lanes: {', '.join(known)}")
-    switches = {lane: lane not in disable for lane in known}
+    check_lanes(disable)
+    switches = {lane: lane not in disable for lane in LANES}
     return SearchConfig(rerank=False, summaries=False, log_queries=False, label="regression-check", **switches)
 
 
