@@ -196,8 +196,8 @@ CREATE TABLE IF NOT EXISTS settings (
     value jsonb NOT NULL
 );
 
--- Corpus document frequency per lexeme and text-search configuration, for the
--- keyword lane: AND the rarest query lexemes, treat frequent ones as noise.
+-- Corpus document frequency per lexeme and text-search configuration: the keyword
+-- lane's IDF (BM25 over the postings below).
 CREATE TABLE IF NOT EXISTS lexeme_df (
     ts_config regconfig NOT NULL,
     lexeme    text NOT NULL,

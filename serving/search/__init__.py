@@ -1,5 +1,5 @@
-"""Hybrid search: vector + keyword + title (+ structure) lanes, weighted RRF,
-cross-encoder rerank of the whole pool, and a separate summaries lane.
+"""Hybrid search: vector (English + multilingual) + keyword (BM25) + title (+ structure)
+lanes, score fusion with per-query language trust, cross-encoder rerank of the whole pool, and a separate summaries lane.
 
     from serving.search import search, SearchConfig, SearchFilters
     response = search(conn, embedder, "moby dick harpoon", top_k=10)
