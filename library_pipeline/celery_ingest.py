@@ -141,7 +141,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
                       batch: int | None = None) -> dict:
     """Ingest the whole library folder through the celery workers, `parallel` runs
     in flight. Returns the same summary as `run_ingest` plus the runs' history."""
-    from library_pipeline.ingest_runner import refresh_lexeme_statistics, register_library
+    from library_pipeline.ingest_runner import ingest_summary, refresh_lexeme_statistics, register_library
 
     started = time.perf_counter()
     prepare_dagster_home(db)
@@ -177,21 +177,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
 
     with dg.DagsterInstance.get() as instance:
         refresh_lexeme_statistics(instance, LibraryDatabase.from_settings(db.settings), reason="celery")
-    with db.connect() as conn:
-        rows = conn.execute(
-            "SELECT d.path, d.status, d.error, (SELECT count(*) FROM passages p WHERE p.document_id = d.id "
-            "AND p.summary_level = 0) FROM documents d WHERE d.source = 'library' AND d.path = ANY(%s)",
-            (list(keys),)).fetchall()
-    return {
-        "files": len(keys),
-        "ingested": sum(r[1] == "ingested" for r in rows),
-        "failed": sum(r[1] == "failed" for r in rows),
-        "failures": [(r[0], r[2]) for r in rows if r[1] == "failed"],
-        "removed": removed,
-        "passages": sum(r[3] for r in rows),
-        "runs": history,
-        "seconds": time.perf_counter() - started,
-    }
+    return {**ingest_summary(db, keys, removed), "runs": history, "seconds": time.perf_counter() - started}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,6 +138,13 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
         if failed:
             failed_runs.append(failed)
 
+    return {**ingest_summary(db, keys, removed), "runs": runs,  # range runs plus the lexeme_df refresh
+            "failed_runs": failed_runs, "seconds": time.perf_counter() - started}
+
+
+def ingest_summary(db: Database, keys, removed) -> dict:
+    """What an ingest of `keys` left: counts by status, failures with their reasons,
+    live passages (the figures `library ingest` and the celery runner print)."""
     with db.connect() as conn:
         rows = conn.execute(
             "SELECT d.path, d.status, d.error, (SELECT count(*) FROM passages p WHERE p.document_id = d.id "
@@ -150,9 +157,6 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
         "failures": [(r[0], r[2]) for r in rows if r[1] == "failed"],
         "removed": removed,
         "passages": sum(r[3] for r in rows),
-        "runs": runs,  # range runs plus the lexeme_df refresh
-        "failed_runs": failed_runs,
-        "seconds": time.perf_counter() - started,
     }
 
 

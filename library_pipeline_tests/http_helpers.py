@@ -21,11 +21,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def mcp_http_server(env: dict[str, str], log_path: Path, *, timeout: float = 120) -> Iterator[str]:
-    """Runs the HTTP MCP server with `env` until the block ends; yields its URL."""
+def mcp_http_server(env: dict[str, str], log_path: Path, *, timeout: float = 120,
+                    module: tuple[str, ...] = ("serving.mcp_server",)) -> Iterator[str]:
+    """Runs the HTTP MCP server with `env` until the block ends; yields its URL.
+    `module`: what `python -m` runs before `--http` (the bare server, or the
+    `library serve` command: ("library_pipeline.cli", "serve"))."""
     port = free_port()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "serving.mcp_server", "--http", "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", *module, "--http", "--port", str(port)],
                                 env=env, cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + timeout

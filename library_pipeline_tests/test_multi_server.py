@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +19,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from library_pipeline.ingest_runner import run_ingest
 from library_pipeline_tests.conftest import REPO, new_database
-from library_pipeline_tests.http_helpers import free_port
+from library_pipeline_tests.http_helpers import mcp_http_server
 
 pytestmark = [pytest.mark.external]
 
@@ -49,31 +44,9 @@ TEXTS = {
 QUERIES = ["how were lighthouse lamps maintained", "why does a bee colony swarm", "volcanic ash and climate"]
 
 
-@contextmanager
-def library_serve_http(env: dict[str, str], log_path: Path, timeout: float = 180) -> Iterator[str]:
+def library_serve_http(env: dict[str, str], log_path: Path, timeout: float = 180):
     """`library serve --http` on a free port until the block ends; yields its URL."""
-    port = free_port()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.cli", "serve", "--http", "--port", str(port)],
-                                env=env, cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
-                        break
-                except OSError:
-                    assert proc.poll() is None, log_path.read_text()[-2000:]
-                    assert time.monotonic() < deadline, "HTTP server did not start"
-                    time.sleep(0.3)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+    return mcp_http_server(env, log_path, timeout=timeout, module=("library_pipeline.cli", "serve"))
 
 
 async def _call(client, tool: str, args: dict) -> dict:
