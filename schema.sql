@@ -137,7 +137,7 @@ CREATE INDEX IF NOT EXISTS passages_reuse_idx ON passages (embed_model, embed_ha
 CREATE INDEX IF NOT EXISTS documents_status_idx ON documents (source, status);
 
 -- Per-model vector indexes. HNSW applies a WHERE clause after finding its
--- nearest neighbours; the reference system's summaries (1 in 15 rows) were
+-- nearest neighbours; agent-library's (github.com/CreateM1nd/agent-library) summaries (1 in 15 rows) were
 -- invisible for a week behind a `summary_level > 0` filter on the main index.
 -- So summaries get their own partial index, and the main one covers only
 -- verbatim rows. Queries must repeat the predicate literally
@@ -414,7 +414,7 @@ CREATE TABLE IF NOT EXISTS search_breaker (
     updated_at       timestamptz NOT NULL DEFAULT now()
 );
 
--- Every search an agent or the CLI ran: the reference system's most useful
+-- Every search an agent or the CLI ran: agent-library's most useful
 -- evaluation set was built from a week of these (real queries are known-item
 -- lookups, not the well-formed questions a benchmark assumes).
 CREATE TABLE IF NOT EXISTS search_log (
@@ -500,7 +500,7 @@ RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- ---------------------------------------------------------------------------
--- Re-embed migration and query logs (issue 10)
+-- Re-embed migration and query logs
 -- Vectors of the model a migration moves to, one row per passage, written in
 -- batches while search keeps reading passages.embedding (the active model).
 -- A side table rather than extra passages rows or columns: the keyword, title
@@ -530,7 +530,7 @@ ALTER TABLE search_log ADD COLUMN IF NOT EXISTS results jsonb;        -- [{"id",
 ALTER TABLE search_log ADD COLUMN IF NOT EXISTS latency_ms double precision;
 
 -- ---------------------------------------------------------------------------
--- Enrichment: RAPTOR and knowledge graph (issue 5)
+-- Enrichment: RAPTOR and knowledge graph
 -- RAPTOR summaries are `passages` rows (summary_level > 0, kind 'summary',
 -- `summarises` = the ids one level down), searched through their own partial
 -- HNSW index (ensure_vector_indexes). raptor_builds records what each file's
@@ -677,7 +677,7 @@ CREATE TABLE IF NOT EXISTS kg_progress (
 );
 
 -- ---------------------------------------------------------------------------
--- Vault (issue 7)
+-- Vault
 -- Obsidian notes synced from a git repository (library_pipeline/vault, the
 -- `vault` asset group). A note is a `documents` row (source 'vault', path
 -- relative to the repository root, `front_matter` jsonb); its `##` sections are

@@ -1,7 +1,7 @@
 """Resumable re-embed migration: move every passage (verbatim chunks, summaries,
 vault notes, memories) to a new embedding model without a search outage.
 
-The reference system's reembed_library.py, shaped by this schema:
+agent-library (github.com/CreateM1nd/agent-library)'s reembed_library.py, shaped by this schema:
 
 - **Storage.** New vectors go to `passage_embeddings (model, passage_id)`, a side
   table (schema.sql explains why not extra rows or columns). Passages, their

@@ -42,7 +42,7 @@ def sha256(text: str) -> str:
 
 def embed_text_for_passage(title: str | None, heading: str | None, content: str) -> str:
     """Contextual prefix: the document title (and section heading) before the
-    passage, as the reference system prepends the filename. A passage that
+    passage, as agent-library (github.com/CreateM1nd/agent-library) prepends the filename. A passage that
     says "the method above converges" is found by a query naming the book."""
     parts = [p.strip() for p in (title, heading) if p and p.strip()]
     # a heading that merely repeats the title adds tokens, not context
@@ -132,7 +132,7 @@ class SentenceTransformerEmbedder:
 
 class OllamaEmbedder:
     """An Ollama server's /api/embed. Matryoshka models (qwen3-embedding) may be
-    truncated to `dims` and re-normalised; the reference system ran
+    truncated to `dims` and re-normalised; agent-library ran
     qwen3-embedding:0.6b truncated 1024 -> 768."""
 
     def __init__(self, model: str, url: str, dims: int | None = None, max_tokens: int = 2048,
@@ -253,7 +253,7 @@ def load_embedder(backend: str = "minilm", model: str | None = None, *, dims: in
     return embedder
 
 
-# -- ONNX (issue 10): a second real embedder that needs neither torch nor a hub -----
+# -- ONNX: a second real embedder that needs neither torch nor a hub -----
 
 PARAPHRASE_MINILM_NAME = "onnx:paraphrase-MiniLM-L3-v2"
 

@@ -2,8 +2,8 @@
 from search.
 
 Content search cannot prove absence: asked for something absent it returns
-its closest guesses, which read exactly like an answer (and the reference
-system found passages *quoting* the absent work - "the corpus mentions it" is
+its closest guesses, which read exactly like an answer (and agent-library
+(github.com/CreateM1nd/agent-library) found passages *quoting* the absent work - "the corpus mentions it" is
 not "the corpus contains it"). So `matched = 0` here is the only definitive
 negative, and the match rule must not produce false positives:
 

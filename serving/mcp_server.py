@@ -9,7 +9,7 @@ HTTP binds 127.0.0.1 by default. Binding any other address requires a bearer
 token (LIBRARY_MCP_TOKEN), compared in constant time; when a token is set it
 is required on loopback too. The tool descriptions carry what an agent needs
 to use the results honestly: what the scores mean, and that only
-library_files' `matched = 0` proves a work is absent - the reference agent
+library_files' `matched = 0` proves a work is absent - agent-library's agents
 otherwise softened real absences into "closest matches".
 
 Identity (who is calling) comes from the transport, never from a tool argument:

@@ -10,8 +10,8 @@ starved pool. With the lane fixed, the same reranker went from worst to best
 (P@5 54.3% -> 58.8%, nDCG@10 0.609 -> 0.713). So the stage stays, on by
 default whenever a cross-encoder is available.
 
-No cross-encoder can be had offline on the reference machines (MODELS.md):
-`LIBRARY_RERANKER` names a local directory or a hub model (the reference
+No cross-encoder can be had offline on a machine without hub access (none is packaged):
+`LIBRARY_RERANKER` names a local directory or a hub model (agent-library
 used cross-encoder/ms-marco-MiniLM-L-6-v2); unset, the stage reports itself
 "skipped" in every response and logs that once per process.
 """

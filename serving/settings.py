@@ -1,6 +1,6 @@
 """One settings object, read from the environment.
 
-Names follow the reference system where it had them (LIBRARY_DIR,
+Names follow agent-library (github.com/CreateM1nd/agent-library) where it had them (LIBRARY_DIR,
 LIBRARY_DB_DSN); everything else is LIBRARY_*.
 """
 

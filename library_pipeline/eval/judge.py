@@ -1,5 +1,5 @@
-"""Pooled relevance judgments for queries without gold answers (the reference
-system's eval_judge_pool.py idea).
+"""Pooled relevance judgments for queries without gold answers (the idea of
+agent-library's eval_judge_pool.py, github.com/CreateM1nd/agent-library).
 
 A real query ("<title> <author>", "bash scripting basics") has no single gold
 answer, so:
@@ -140,8 +140,8 @@ def build_pool(conn: psycopg.Connection, embedder: Embedder, queries: dict[str, 
 
 
 def queries_from_log(conn: psycopg.Connection, limit: int = 50) -> dict[str, str]:
-    """The most frequent distinct queries in `search_log` (real queries: the reference
-    system's most useful eval set was built from a week of these)."""
+    """The most frequent distinct queries in `search_log` (real queries: agent-library's
+    most useful eval set was built from a week of these)."""
     rows = conn.execute("SELECT query, count(*) FROM search_log WHERE config NOT LIKE 'eval%%' "
                         "GROUP BY query ORDER BY count(*) DESC, query LIMIT %s", (limit,)).fetchall()
     return {f"log-{i + 1}": q for i, (q, _) in enumerate(rows)}

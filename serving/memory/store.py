@@ -1,6 +1,6 @@
 """The Librarian's actions on agent memory: index, search, get, forget.
 
-Serving writes only what agents write (DESIGN §1): a memory is stored, chunked,
+Serving writes only what agents write (the pipeline derives the rest): a memory is stored, chunked,
 embedded and committed in one transaction, so it is searchable the moment
 `index_memory` returns. Everything derived later (near-duplicates, decay,
 promotion, retention) is the pipeline's (library_pipeline/defs/memory).

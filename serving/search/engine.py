@@ -3,8 +3,8 @@
 Stage one runs the lanes (vector, keyword, title, structure) and fuses them (a
 weighted sum of normalised lane scores, serving/search/fusion.py); stage two
 reranks the entire fused pool with a cross-encoder when one is configured. Summaries (RAPTOR rows) are ranked in
-their own lane and returned beside the passages: compared head to head, the
-reference system's cross-encoder ranked every passage above every summary
+their own lane and returned beside the passages: compared head to head,
+agent-library's (github.com/CreateM1nd/agent-library) cross-encoder ranked every passage above every summary
 (passages share the query's words, summaries are abstractive), so the caller
 picks the altitude instead.
 

@@ -6,7 +6,7 @@ agent-library's (github.com/CreateM1nd/agent-library) real queries, and a file n
 until this lane existed. It matches on stemmed lexemes, not raw strings, so a
 singular in the query still matches a plural in the name.
 
-Getting it fast took the reference three attempts: stemming in SQL per chunk
+Getting it fast took three attempts: stemming in SQL per chunk
 ran the stemmer 70,801 times instead of 257 (671 ms); a DISTINCT CTE was worse
 (1,736 ms, the planner materialised and re-joined it). What works: Postgres
 stems every name once when the cache loads, Python intersects per query. The

@@ -1,7 +1,7 @@
 """The public shapes of search: filters, configuration, results, response.
 
-One `search()` serves agents (MCP), the CLI and the evaluation harness. The
-reference system's harness once scored a private copy of the keyword lane and
+One `search()` serves agents (MCP), the CLI and the evaluation harness. agent-library's
+(github.com/CreateM1nd/agent-library) harness once scored a private copy of the keyword lane and
 kept printing stale numbers; so every variant an evaluation wants to compare
 ("vector only", "keyword only", "fused", "fused + rerank") is a `SearchConfig`
 of the same function, never a second implementation.
@@ -117,7 +117,7 @@ class SearchFilters:
             else:
                 values[name] = tuple(str(v) for v in items)
                 if any("\x00" in v for v in values[name]):
-                    # Postgres text cannot hold NUL: it surfaced as an internal DataError (issue 9 fuzz)
+                    # Postgres text cannot hold NUL: it surfaced as an internal DataError (found by the fuzz test)
                     raise SearchError(f"filter {key!r} contains a NUL character")
         return cls(**values).validated()
 
@@ -137,7 +137,7 @@ class SearchFilters:
 
 def _document_id(value: Any) -> int:
     """A document id from JSON: an integer (or an integral number / digit string) in
-    bigint range. The fuzz test (issue 9) sent `inf`: int() raised OverflowError, an
+    bigint range. The fuzz test sent `inf`: int() raised OverflowError, an
     internal error to the agent; 1.5 would have been truncated to 1 silently."""
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise ValueError(value)
@@ -149,7 +149,7 @@ def _document_id(value: Any) -> int:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """Lane switches and weights. Defaults are the reference system's figures
+    """Lane switches and weights. Defaults are agent-library's figures
     (title lane weight 2.0) except where a measurement on SciFact TRAIN moved them
     (rrf_k, fusion, bm25_b, keyword_doc_weight: see their comments)."""
 
@@ -162,7 +162,7 @@ class SearchConfig:
     structure: bool = True          # "table of contents" -> kind='toc' passages (see structure.py)
     summaries: bool = True
     rerank: bool = True             # used only when a cross-encoder is configured
-    # The reference's k = 60 flattens rank differences within a lane: rank 1 is worth only
+    # The common k = 60 (Cormack et al. 2009) flattens rank differences within a lane: rank 1 is worth only
     # 15% more than rank 10 (1/61 vs 1/70); at k = 20, 43% (1/21 vs 1/30). Measured (benchmarks/eval_tune.py, SciFact TRAIN,
     # all 809 queries, shipped default otherwise, nDCG@10): k 60 0.7079, 30 0.7122,
     # 20 0.7147 (+0.0068 +- 0.0018 paired). Rank-1 ties keep their structure at any k

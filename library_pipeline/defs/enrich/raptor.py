@@ -1,6 +1,6 @@
 """RAPTOR summary tree per file: cluster -> summarise -> embed -> repeat.
 
-Reference figures (seed 000): target cluster size 16, files under 6 passages
+Figures from agent-library's RAPTOR (github.com/CreateM1nd/agent-library): target cluster size 16, files under 6 passages
 skipped, at most 3 levels, stop when a level has 3 nodes or fewer. Clusters
 come from k-means (scikit-learn, fixed random_state so a rebuild of unchanged
 input gives the same tree) over the passages' own embeddings.

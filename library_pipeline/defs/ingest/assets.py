@@ -77,7 +77,7 @@ def _each(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], Step
         except Exception as exc:
             # one file's unforeseen error (a file name with bytes Postgres cannot
             # store raised UnicodeEncodeError) used to fail the whole range run and
-            # leave every other file in it pending (hostile corpus, issue 9)
+            # leave every other file in it pending (benchmarks/hostile_corpus.py)
             context.log.error(f"{step} {key}: unexpected {type(exc).__name__}: {exc}")
             reason = f"internal error in {step} ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
             result = StepResult(key, status="failed", reason=reason)

@@ -32,7 +32,7 @@ from library_pipeline.defs.ingest.extract import BOILERPLATE, Page, split_boiler
 
 log = logging.getLogger(__name__)
 
-# Window size, measured (not the reference's 1,800 characters, which were sized
+# Window size, measured (not agent-library's 1,800 characters, which were sized
 # for a 32k-token model): all-MiniLM-L6-v2 reads 256 tokens.
 #   LIBRARY_EMBED_DTYPE=float32 .venv/bin/python benchmarks/chunk_size.py
 #   (2026-11-30, seed 13, 1,480 s on a shared 2-core box at load ~6)
@@ -439,7 +439,7 @@ def chunk_pages(pages: list[Page], *, count_tokens: Callable[[str], int], max_to
         elif run.kind == "toc":
             pieces = _toc_chunks(run, budget, count)
             # the heading says what the chunk is, so the contextual prefix carries
-            # "table of contents" into the embedding (the reference's 0.44 miss)
+            # "table of contents" into the embedding (agent-library's TOC chunk scored 0.44 cosine against that query)
             heading = run.heading if run.heading and _CONTENTS.match(run.heading) else TOC_LABEL
         else:
             pieces = _text_chunks(run, target, overlap, budget, count)

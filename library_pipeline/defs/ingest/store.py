@@ -155,7 +155,7 @@ def _resolve(library_dir: Path, relpath: str) -> Path:
             raise IngestError("symlink points outside the library folder; refused")
         path = target
     # `library ingest ../x` registered root/../x, which exists and is no symlink,
-    # and was read without this check (issue 9)
+    # and was read without this check (benchmarks/hostile_corpus.py)
     if not path.resolve().is_relative_to(root):
         raise IngestError("path is outside the library folder; refused")
     return path
@@ -182,7 +182,7 @@ def extract_step(db: Database, library_dir: Path, key: str, *, ocr_languages: st
     try:
         path = _resolve(library_dir, doc["path"])
         # refuse before hashing: a FIFO named *.txt blocked the run forever in
-        # file_hash, and a 600 MB file was read whole only to be refused (issue 9)
+        # file_hash, and a 600 MB file was read whole only to be refused (benchmarks/hostile_corpus.py)
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
             raise IngestError("not a regular file (a pipe, socket or device); refused")

@@ -1,4 +1,4 @@
-"""Operations for issue 10: the re-embed migration as an asset (progress in the UI),
+"""Operations: the re-embed migration as an asset (progress in the UI),
 and the query-log retention run by a daily maintenance schedule.
 
 No `from __future__ import annotations`: Dagster reads the Config and resource
