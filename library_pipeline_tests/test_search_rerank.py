@@ -1,5 +1,5 @@
 """The cross-encoder stage, with a tiny randomly initialised BERT cross-encoder the
-test builds and saves itself (no model can be downloaded here; MODELS.md), and the
+test builds and saves itself (no model can be downloaded here), and the
 circuit breaker whose state lives in the database."""
 
 from __future__ import annotations

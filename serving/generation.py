@@ -14,8 +14,8 @@ are retried with exponential backoff; a 4xx (unknown model, bad request) is not,
 because retrying cannot fix it. When the server stays unreachable the error says
 which backend, URL and model, so the operator knows what to start.
 
-No Ollama server or usable instruct model can run on the project's machines
-(MODELS.md), so this code is tested against a local HTTP server speaking the
+No Ollama server or usable instruct model can run on a machine without hub or
+Ollama access, so this code is tested against a local HTTP server speaking the
 Ollama API; nothing here downloads anything.
 """
 

