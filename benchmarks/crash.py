@@ -233,7 +233,7 @@ def kill_points(n: int, inserts: int, commits: int, seconds: float, seed: int = 
 
 
 def write_small_library(root: Path, files: int = 6) -> None:
-    """Small real texts: Gutenberg chapters when the shared data is there, else generated prose."""
+    """Small generated texts (a harbour log): enough prose to chunk and embed, no outside material."""
     root.mkdir(parents=True, exist_ok=True)
     words = ("harbour tide keeper lantern north shore ebb flood chart sounding fathom reef pilot "
              "schooner rigging mooring dawn squall beacon").split()

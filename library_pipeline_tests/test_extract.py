@@ -1,4 +1,4 @@
-"""Extraction on the real third-party material in ../shared/data/documents
+"""Extraction on the real third-party material in library_pipeline_tests/data/documents
 (see its SOURCES.md), plus the bad inputs a user's library really contains."""
 
 from __future__ import annotations

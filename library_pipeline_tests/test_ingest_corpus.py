@@ -1,5 +1,5 @@
 """Ingest of the shipped example library plus all 12 documents of
-../shared/data/documents, through the real assets, into the real embedded
+library_pipeline_tests/data/documents, through the real assets, into the real embedded
 Postgres, recorded in a Postgres-backed Dagster instance."""
 
 from __future__ import annotations
