@@ -83,12 +83,12 @@ def search_description(config: SearchConfig | None = None) -> str:
         fusion = ("fused by adding each lane's min-max normalised score times its weight"
                   + (", trusting lanes per query by language (a lane that cannot read the query's "
                      "language, or keyword hits in another script, count nothing)" if cfg.language_aware else ""))
-        scores = (f'with score_kind "convex" each lane adds up to its weight (up to {cfg.vector_weight:g} from '
+        scores = (f'under score_kind "convex" each lane adds up to its weight (up to {cfg.vector_weight:g} from '
                   f"the meaning lanes and {cfg.keyword_weight:g} from the keyword lane's best hit, up to "
                   f"{cfg.title_weight:g} from a title match; about 1.5 or more is a strong hit two lanes rank high)")
     else:
         fusion = f"fused by weighted reciprocal-rank fusion (k = {cfg.rrf_k})"
-        scores = 'with score_kind "rrf" they are weighted reciprocal ranks'
+        scores = 'under score_kind "rrf" they are weighted reciprocal ranks'
     return f"""\
 Search the library's passages (books, papers, vault notes) for a topic, a quote, a
 title or a chapter. Hybrid lanes: {lanes}; {fusion}; then reranked by a cross-encoder
