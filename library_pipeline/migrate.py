@@ -445,6 +445,7 @@ def fill_multilingual(db: Database, embedder: Embedder | None = None, *, batch_s
 import json  # noqa: E402
 
 import typer  # noqa: E402
+from serving.settings import DEFAULT_OLLAMA_URL
 
 migrate_app = typer.Typer(help="Migrations of the library's data.", no_args_is_help=True)
 embedder_app = typer.Typer(help="Re-embed every passage with another model, search answering throughout.",
@@ -453,9 +454,9 @@ migrate_app.add_typer(embedder_app, name="embedder")
 
 
 def _cli_db() -> Database:
-    from serving.settings import Settings
+    from serving.settings import get_settings
 
-    return Database(Settings.from_env())
+    return Database(get_settings())
 
 
 def _progress(res: BatchResult, left: dict[str, int]) -> None:
@@ -478,7 +479,7 @@ def start_cmd(
     backend: str = typer.Option(..., "--backend", help="minilm | sentence-transformers | onnx | ollama"),
     model: str = typer.Option(None, "--model", help="Model directory / .onnx file / Ollama model."),
     dims: int = typer.Option(None, "--dims", help="Matryoshka truncation (Ollama)."),
-    ollama_url: str = typer.Option("http://127.0.0.1:11434", "--ollama-url"),
+    ollama_url: str = typer.Option(DEFAULT_OLLAMA_URL, "--ollama-url"),
     batch: int = typer.Option(DEFAULT_BATCH, "--batch", min=1, help="Passages per committed batch."),
     run_now: bool = typer.Option(True, "--run/--no-run", help="Run it now (else: `resume` or the "
                                                                "reembed_migration asset runs it)."),

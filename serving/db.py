@@ -46,7 +46,7 @@ from urllib.parse import quote
 import psycopg
 from pgvector.psycopg import register_vector
 
-from serving.settings import Settings
+from serving.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,9 @@ def create_database(conn: psycopg.Connection, name: str) -> bool:
 
 
 def schema_path() -> Path:
-    override = os.environ.get("LIBRARY_SCHEMA_SQL")
+    override = get_settings().schema_sql
     if override:
-        return Path(override)
+        return override
     return Path(__file__).resolve().parent.parent / "schema.sql"
 
 
@@ -207,7 +207,7 @@ class Database:
     _lock = threading.Lock()
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings.from_env()
+        self.settings = settings or get_settings()
         self._server = None
         self._dsn: str | None = None
         self._socket_dir: str | None = None

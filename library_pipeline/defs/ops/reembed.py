@@ -15,7 +15,7 @@ from library_pipeline.dagster_home import LANE_TAG
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.resources import LibraryDatabase
 from serving.search.health import prune_search_log
-from serving.settings import Settings
+from serving.settings import get_settings
 
 GROUP = "ops"
 MAINTENANCE = {LANE_TAG: "maintenance"}
@@ -107,7 +107,7 @@ class QueryLogRetentionConfig(dg.Config):
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"},
           description="Query-log retention: deletes search_log rows older than LIBRARY_QUERY_LOG_DAYS.")
 def query_log_retention(config: QueryLogRetentionConfig, library_db: LibraryDatabase) -> dg.MaterializeResult:
-    days = config.days or Settings.from_env().query_log_days
+    days = config.days or get_settings().query_log_days
     started = time.perf_counter()
     with library_db.get().transaction() as conn:
         deleted = prune_search_log(conn, days)
