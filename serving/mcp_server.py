@@ -38,17 +38,18 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 
 from serving import graph
 from serving.memory import service as memsvc
 from serving.memory.identity import IdentityError, IdentityMap, env_identity, load_identities
 from serving.runtime import Library
-from serving.search.types import LANES, MAX_TOP_K, SearchConfig, SearchError, SearchFilters, Viewer
+from serving.search.types import LANES, MAX_TOP_K, SearchConfig, SearchFilters, Viewer
 from serving.settings import Settings, get_settings
+from serving.tool_errors import tool_call
 
 log = logging.getLogger("serving.mcp")
 
@@ -173,12 +174,6 @@ the newest visible one). Returns {id, content, meta, access_count, versions}.
 A record you may not see reads exactly like one that does not exist."""
 
 
-def _internal(tool: str, exc: BaseException) -> ToolError:
-    log.error("%s failed", tool, exc_info=exc)
-    return ToolError(f"{tool} failed with an internal error ({type(exc).__name__}); the server log has "
-                     f"details. Retry, or simplify the request.")
-
-
 def caller_identity(ctx: Context | None, stdio_identity: Viewer | None) -> Viewer | None:
     """The identity BearerAuth attached to this HTTP request; over stdio (no HTTP
     request) the process's configured identity. None: anonymous (global rows only)."""
@@ -208,28 +203,17 @@ def build_server(library: Library | None = None, *, stdio_identity: Viewer | Non
     @server.tool(name="library_search", description=SEARCH_DESCRIPTION)
     def library_search(query: str, top_k: int = 10, filters: dict[str, Any] | None = None,
                        ctx: Context | None = None) -> dict[str, Any]:
-        try:
+        def run() -> dict[str, Any]:
             parsed = SearchFilters.from_mapping(filters)
             viewer = caller_identity(ctx, stdio_identity) or Viewer()
             parsed = dataclasses.replace(parsed, viewer=viewer)
             return lib.search(query, top_k=top_k, filters=parsed).to_dict()
-        except SearchError as exc:
-            raise ToolError(str(exc)) from None
-        except ConnectionError as exc:
-            raise ToolError(str(exc)) from None
-        except Exception as exc:  # never a stack trace to the agent
-            raise _internal("library_search", exc) from None
+
+        return tool_call("library_search", run)
 
     @server.tool(name="library_files", description=FILES_DESCRIPTION)
     def library_files(pattern: str = "", limit: int = 50) -> dict[str, Any]:
-        try:
-            return lib.files(pattern, limit)
-        except SearchError as exc:
-            raise ToolError(str(exc)) from None
-        except ConnectionError as exc:
-            raise ToolError(str(exc)) from None
-        except Exception as exc:
-            raise _internal("library_files", exc) from None
+        return tool_call("library_files", lambda: lib.files(pattern, limit))
 
     @server.tool(name="memory_index", description=MEMORY_INDEX_DESCRIPTION)
     def memory_index(artifact_id: str, content: str, scope: str = "self", meta: dict[str, Any] | None = None,
@@ -248,34 +232,14 @@ def build_server(library: Library | None = None, *, stdio_identity: Viewer | Non
     def memory_get(id: int | str, ctx: Context | None = None) -> dict[str, Any]:
         return _memory_call("memory_get", lambda: memsvc.memory_get(lib, caller_identity(ctx, stdio_identity), id))
 
-    graph.register_tools(server, lib, _internal)  # library_entity / _related / _path / _subgraph
+    graph.register_tools(server, lib)  # library_entity / _related / _path / _subgraph
     server.library = lib  # type: ignore[attr-defined]  # for warm-up and shutdown
     return server
 
 
-# Postgres aborts one side of a deadlock / serialization conflict; its whole
-# transaction rolled back, so the call is safe to run again. Measured under
-# benchmarks/load.py: 5 of 258 memory_index calls hit "deadlock detected" against
-# the memory curation running beside them, and reached the agent as an error.
-RETRY_SQLSTATES = ("40P01", "40001")
-RETRIES = 3
-
-
-def _memory_call(tool: str, fn) -> dict[str, Any]:
-    for attempt in range(1, RETRIES + 1):
-        try:
-            return fn()
-        except SearchError as exc:  # MemoryError is one
-            raise ToolError(str(exc)) from None
-        except ConnectionError as exc:
-            raise ToolError(str(exc)) from None
-        except Exception as exc:
-            if getattr(exc, "sqlstate", None) in RETRY_SQLSTATES and attempt < RETRIES:
-                log.info("%s: %s; retrying (%d/%d)", tool, type(exc).__name__, attempt, RETRIES - 1)
-                time.sleep(0.05 * attempt)
-                continue
-            raise _internal(tool, exc) from None
-    raise AssertionError("unreachable")
+def _memory_call(tool: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Memory writes race the curation jobs: a conflict the database rolled back is retried."""
+    return tool_call(tool, fn, retry_conflicts=True)
 
 
 # -- HTTP ----------------------------------------------------------------------
