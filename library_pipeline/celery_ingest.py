@@ -47,6 +47,7 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
 from library_pipeline.defs.ingest.store import record_failure_by_key
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.run_plan import range_tags
 from serving.db import Database
 from serving.settings import Settings, get_settings
 
@@ -115,7 +116,7 @@ def execute_range(first: str, last: str, run_config: dict, reason: str = "celery
     if first == last:
         tags["dagster/partition"] = first
     else:
-        tags.update({"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+        tags.update(range_tags([first, last]))
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(dg.reconstructable(ingest_job), instance=instance, run_config=run_config,
                                 tags=tags, raise_on_error=False)

@@ -14,7 +14,7 @@ import time
 import dagster as dg
 from pydantic import Field
 
-from library_pipeline.dagster_home import LANE_TAG
+from library_pipeline.run_plan import MAINTENANCE_LANE
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.defs.memory import curation
 from library_pipeline.resources import LibraryDatabase
@@ -127,7 +127,7 @@ MEMORY_ASSETS = [memory_near_duplicates, memory_decay, memory_promotion, memory_
 
 # maintenance lane: the run queue caps it so upkeep never takes the slots ingestion needs
 memory_curation_job = dg.define_asset_job("memory_curation", selection=dg.AssetSelection.groups(GROUP),
-                                          tags={LANE_TAG: "maintenance"},
+                                          tags=MAINTENANCE_LANE,
                                           description="Daily memory curation: near-dup, decay, promotion, retention.")
 
 memory_daily_schedule = dg.ScheduleDefinition(name="memory_daily", job=memory_curation_job, cron_schedule="30 3 * * *",

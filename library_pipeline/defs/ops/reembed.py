@@ -11,14 +11,14 @@ import dagster as dg
 from pydantic import Field
 
 from library_pipeline import migrate
-from library_pipeline.dagster_home import LANE_TAG
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.resources import LibraryDatabase
+from library_pipeline.run_plan import MAINTENANCE_LANE
 from serving.search.health import prune_search_log
 from serving.settings import get_settings
 
 GROUP = "ops"
-MAINTENANCE = {LANE_TAG: "maintenance"}
+
 
 
 class ReembedConfig(dg.Config):
@@ -116,9 +116,9 @@ def query_log_retention(config: QueryLogRetentionConfig, library_db: LibraryData
                                           "seconds": round(time.perf_counter() - started, 3)})
 
 
-reembed_job = dg.define_asset_job("reembed_migration_job", selection=[reembed_migration], tags=MAINTENANCE,
+reembed_job = dg.define_asset_job("reembed_migration_job", selection=[reembed_migration], tags=MAINTENANCE_LANE,
                                   description="Run (or resume) the recorded re-embed migration.")
-query_log_job = dg.define_asset_job("query_log_retention_job", selection=[query_log_retention], tags=MAINTENANCE)
+query_log_job = dg.define_asset_job("query_log_retention_job", selection=[query_log_retention], tags=MAINTENANCE_LANE)
 query_log_daily = dg.ScheduleDefinition(name="query_log_daily", job=query_log_job, cron_schedule="15 4 * * *",
                                         execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
                                         description="Daily query-log retention (LIBRARY_QUERY_LOG_DAYS).")
