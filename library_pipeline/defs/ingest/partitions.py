@@ -17,9 +17,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from library_pipeline.defs.ingest.extract.common import SUPPORTED_SUFFIXES
+
 library_files_partitions = dg.DynamicPartitionsDefinition(name="library_files")
 
-SUPPORTED_SUFFIXES = (".pdf", ".epub", ".txt", ".md")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._/-]+")
 _MAX_SLUG = 80
 
