@@ -49,7 +49,7 @@ from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, multilingual_embedder, sha256
+from serving.embedding import Embedder, embed_text_for_row, multilingual_embedder, sha256
 from serving.migration import ACTIVE_KEY, EmbedderSpec, active_model  # noqa: F401 - EmbedderSpec re-exported
 
 log = logging.getLogger(__name__)
@@ -177,13 +177,7 @@ ORDER BY p.id LIMIT %(limit)s
 """
 
 
-def passage_text(source: str, title: str | None, heading: str | None, content: str) -> str:
-    """The exact text the writers embedded: memories prefix their type (stored as the
-    heading, serving/memory/store.py), everything else its document title and heading
-    (library_pipeline/defs/ingest/store.py)."""
-    if source == "memory":
-        return embed_text_for_passage(heading, None, content)
-    return embed_text_for_passage(title, heading, content)
+passage_text = embed_text_for_row  # the text each writer embedded (serving.embedding)
 
 
 @dataclass

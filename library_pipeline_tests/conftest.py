@@ -83,7 +83,7 @@ def monkeypatch():
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
+def test_data() -> Path:
     return TEST_DATA
 
 

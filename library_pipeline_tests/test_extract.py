@@ -23,8 +23,8 @@ from library_pipeline.defs.ingest.extract import (
 
 
 @pytest.fixture(scope="module")
-def docs(shared_data: Path) -> Path:
-    return shared_data / "documents"
+def docs(test_data: Path) -> Path:
+    return test_data / "documents"
 
 
 @pytest.fixture(scope="module")

@@ -42,16 +42,34 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def passage_context(title: str | None, heading: str | None) -> str | None:
+    """What a passage is part of: "<document title> — <heading>", the title alone when
+    the heading merely repeats it (it adds tokens, not context), None when neither is
+    set. The keyword lane indexes the same context: schema.sql's `passage_context`
+    states this rule in SQL for the trigger that fills `passages.context`, and
+    library_pipeline_tests/test_text_rules.py checks the two agree."""
+    parts = [p.strip() for p in (title, heading) if p and p.strip()]
+    if len(parts) == 2 and parts[0].lower() == parts[1].lower():
+        parts = parts[:1]
+    return " — ".join(parts) or None
+
+
 def embed_text_for_passage(title: str | None, heading: str | None, content: str) -> str:
     """Contextual prefix: the document title (and section heading) before the
     passage, as agent-library (github.com/CreateM1nd/agent-library) prepends the filename. A passage that
     says "the method above converges" is found by a query naming the book."""
-    parts = [p.strip() for p in (title, heading) if p and p.strip()]
-    # a heading that merely repeats the title adds tokens, not context
-    if len(parts) == 2 and parts[0].lower() == parts[1].lower():
-        parts = parts[:1]
-    prefix = " — ".join(parts)
+    prefix = passage_context(title, heading)
     return f"{prefix}\n{content}" if prefix else content
+
+
+def embed_text_for_row(source: str, title: str | None, heading: str | None, content: str) -> str:
+    """The exact text a stored passage was embedded from, given its source, its
+    document's title, its heading and its content: memories prefix their type (stored
+    as the heading, serving/memory/store.py), everything else its document title and
+    heading. Re-embedding (library_pipeline.migrate) must reproduce what the writers did."""
+    if source == "memory":
+        return embed_text_for_passage(heading, None, content)
+    return embed_text_for_passage(title, heading, content)
 
 
 @runtime_checkable

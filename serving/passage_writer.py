@@ -41,6 +41,13 @@ log = logging.getLogger(__name__)
 _DEFAULT = object()
 
 
+def ts_config_for_language(conn: psycopg.Connection, language: str | None) -> str:
+    """The text-search configuration a passage in `language` (ISO 639-1, or None) is
+    stemmed with. The map is schema.sql's `ts_config_for_language`, the one both SQL
+    (documents) and every Python writer use; unknown languages get 'simple'."""
+    return conn.execute("SELECT ts_config_for_language(%s)::text", (language,)).fetchone()[0]
+
+
 @dataclass
 class PassageRow:
     """One passage to write. `embed_text` is the exact text both models read (for

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import chunk_memory
-from serving.passage_writer import PassageRow, PassageWriter
+from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
 from serving.memory.validation import (
     MAX_CONTENT_CHARS,
@@ -51,10 +51,13 @@ MAX_CHUNKS = 400
 MEMORY_SEARCH_CONFIG = SearchConfig(title=False, structure=False, summaries=False, label="memory")
 
 
-def _ts_config(text: str) -> str:
+def memory_language(text: str) -> str:
+    """A memory's language for stemming: Russian when most letters of its first 5,000
+    characters are Cyrillic, else English (agents write reports in one of the two; the
+    configuration for it comes from the one map, ts_config_for_language)."""
     letters = re.findall(r"[^\W\d_]", text[:5000])
     cyr = sum(1 for ch in letters if "\u0400" <= ch <= "\u04ff")
-    return "russian" if letters and cyr / len(letters) > 0.5 else "english"
+    return "ru" if letters and cyr / len(letters) > 0.5 else "en"
 
 
 def _owner_key(scope: str, viewer: Viewer) -> sql.Composable:
@@ -220,7 +223,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
             {**params, "version": version, "type": mtype, "meta": Jsonb(meta), "content": text,
              "chunks": len(chunks)}).fetchone()
         rec = _record(row)
-        tsc = _ts_config(text)
+        tsc = ts_config_for_language(conn, memory_language(text))
         writer.insert(conn, [
             PassageRow(content=c, embed_text=embed_text_for_passage(mtype, None, c), source="memory", kind="memory",
                        ordinal=i, heading=mtype, ts_config=tsc, scope=scope, agent=viewer.agent,
