@@ -17,7 +17,7 @@ from library_pipeline.eval.memory_eval import load_memory_set, score_memory_set
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
 
-def test_shipped_set_is_rebuilt_from_shared_data(test_data):
+def test_shipped_set_is_rebuilt_from_test_data(test_data):
     shipped = json.loads(OUT.read_text(encoding="utf-8"))
     assert build(test_data) == shipped
     mset = load_memory_set()
