@@ -323,21 +323,26 @@ def _resolve(conn: psycopg.Connection, viewer: Viewer, ref: Any) -> tuple | None
     return conn.execute(q, {**vis.params, "aid": aid}).fetchone()
 
 
+def _resolve_visible(conn: psycopg.Connection, viewer: Viewer, ref: Any) -> tuple[dict[str, Any], str]:
+    """The record `ref` names and its full content; not found when the viewer may not see it."""
+    row = _resolve(conn, viewer, ref)
+    if row is None:
+        raise _not_found(ref)
+    return _record(row[:-1]), row[-1]
+
+
 def get_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any) -> dict[str, Any]:
     """One record (full content) by memory id or artifact id, with its visible versions."""
     viewer = require_identity(viewer)
     with conn.transaction():
-        row = _resolve(conn, viewer, ref)
-        if row is None:
-            raise _not_found(ref)
-        rec = _record(row[:-1])
+        rec, content = _resolve_visible(conn, viewer, ref)
         vis = visibility(viewer, "m")
         versions = conn.execute(sql.SQL(
             "SELECT m.id, m.version, m.superseded, m.created_at FROM memories m WHERE m.agent = %(agent)s "
             "AND m.artifact_id = %(aid)s AND {vis} ORDER BY m.version").format(vis=vis.clause),
             {**vis.params, "agent": rec["agent"], "aid": rec["artifact_id"]}).fetchall()
         _log_access(conn, viewer, [rec["id"]], "get", None)
-    return {"id": rec["id"], "content": row[-1], "meta": _public_meta(rec),
+    return {"id": rec["id"], "content": content, "meta": _public_meta(rec),
             "access_count": rec["access_count"] + 1, "accessed_at": rec["accessed_at"],
             "versions": [{"id": v[0], "version": v[1], "superseded": v[2], "created_at": _iso(v[3])}
                          for v in versions]}
@@ -348,10 +353,7 @@ def forget_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any, *, 
     Returns exactly what was (or, with dry_run, would be) removed."""
     viewer = require_identity(viewer)
     with conn.transaction():
-        row = _resolve(conn, viewer, ref)
-        if row is None:
-            raise _not_found(ref)
-        rec = _record(row[:-1])
+        rec, _ = _resolve_visible(conn, viewer, ref)
         if rec["agent"] != viewer.agent:
             raise MemoryInputError(f"memory {ref!r} was written by another agent; only its author may forget it")
         rows = conn.execute(
