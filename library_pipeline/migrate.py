@@ -50,6 +50,7 @@ from psycopg.types.json import Jsonb
 
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_row, multilingual_embedder, sha256
+from serving.passage_writer import embed_missing, stored_vectors
 from serving.migration import ACTIVE_KEY, EmbedderSpec, active_model  # noqa: F401 - EmbedderSpec re-exported
 
 log = logging.getLogger(__name__)
@@ -401,13 +402,9 @@ def fill_multilingual(db: Database, embedder: Embedder | None = None, *, batch_s
                     break
                 texts = [passage_text(r[1], r[5], r[2], r[3]) for r in rows]
                 hashes = [sha256(x) for x in texts]
-                known = dict(conn.execute(
-                    "SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi FROM passages "
-                    "WHERE embed_model_multi = %s AND embed_hash = ANY(%s)", (embedder.name, list(set(hashes)))))
-            todo = {h: x for h, x in zip(hashes, texts) if h not in known}
-            if todo:
-                for h, v in zip(todo, embedder.encode_passages(list(todo.values()))):
-                    known[h] = HalfVector(np.asarray(v, dtype=np.float32))
+                distinct = list(dict.fromkeys(hashes))
+                known = stored_vectors(conn, embedder, distinct, multilingual=True)
+            todo, _ = embed_missing(embedder, distinct, dict(zip(hashes, texts)), known)
             res = BatchResult(passages=len(rows), embedded=len(todo), reused=len(rows) - len(todo),
                               text_mismatches=sum(1 for r, h in zip(rows, hashes) if r[4] and r[4] != h))
             with db.transaction() as conn, conn.cursor() as cur:
@@ -448,3 +445,9 @@ def describe(st: dict[str, Any]) -> str:
                 f"passages done, {st['remaining']} remaining (batches {st.get('batches', 0)}, "
                 f"updated {st.get('updated_at')})" + second)
     return f"embedder: {st.get('active')}; last migration to {target} {st['state']} ({st.get('updated_at')})" + second
+
+
+if __name__ == "__main__":  # `python -m library_pipeline.migrate embedder ...`, as before the CLI moved
+    from library_pipeline.migrate_cli import main
+
+    main()

@@ -143,6 +143,10 @@ def abort_cmd() -> None:
     typer.echo(f"aborted the migration to {out['target']['name']}; dropped {out['dropped_vectors']} vectors")
 
 
-if __name__ == "__main__":
+def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     migrate_app()
+
+
+if __name__ == "__main__":
+    main()

@@ -100,11 +100,14 @@ _REUSE_MULTI_SQL = ("SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi
                     "WHERE embed_model_multi = %s AND embed_hash = ANY(%s) AND embedding_multi IS NOT NULL")
 
 
-def _stored(conn: psycopg.Connection, query: str, model: Embedder, hashes: list[str]) -> dict[str, HalfVector]:
+def stored_vectors(conn: psycopg.Connection, model: Embedder, hashes: list[str], *,
+                   multilingual: bool = False) -> dict[str, HalfVector]:
+    """Vectors already stored under `model` for these embed_hashes, of either lane."""
+    query = _REUSE_MULTI_SQL if multilingual else _REUSE_PRIMARY_SQL
     return dict(conn.execute(query, (model.name, hashes)).fetchall())
 
 
-def _embed_missing(model: Embedder, hashes: list[str], by_hash: dict[str, str],
+def embed_missing(model: Embedder, hashes: list[str], by_hash: dict[str, str],
                    have: dict[str, HalfVector]) -> tuple[list[str], float]:
     """Embed the texts of `hashes` that `have` lacks, into `have`: (those hashes, seconds)."""
     todo = [h for h in hashes if h not in have]
@@ -167,13 +170,13 @@ class PassageWriter:
         out = Vectors()
         wanted = [h for h in hashes if h not in primary_given]
         if reuse and wanted:
-            out.primary = _stored(conn, _REUSE_PRIMARY_SQL, self.primary, wanted)
+            out.primary = stored_vectors(conn, self.primary, wanted)
         if reuse and self.multi is not None and hashes:
-            out.multi = _stored(conn, _REUSE_MULTI_SQL, self.multi, hashes)
-        todo, out.embed_seconds = _embed_missing(self.primary, wanted, by_hash, out.primary)
+            out.multi = stored_vectors(conn, self.multi, hashes, multilingual=True)
+        todo, out.embed_seconds = embed_missing(self.primary, wanted, by_hash, out.primary)
         out.reused, out.embedded, out.fresh = len(wanted) - len(todo), len(todo), set(todo)
         if self.multi is not None:
-            todo, out.embed_seconds_multi = _embed_missing(self.multi, hashes, by_hash, out.multi)
+            todo, out.embed_seconds_multi = embed_missing(self.multi, hashes, by_hash, out.multi)
             out.reused_multi, out.embedded_multi = len(hashes) - len(todo), len(todo)
         return out
 
