@@ -43,7 +43,7 @@ def sync(
     """Index what changed in the vault since the last sync, now (in-process Dagster runs)."""
     from library_pipeline.defs.vault.resources import VaultResource
     from library_pipeline.vault.git import GitError
-    from library_pipeline.vault.runner import run_sync
+    from library_pipeline.vault_runner import run_sync
 
     settings = _settings(repo, branch)
     db = Database(settings)

@@ -42,7 +42,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from library_pipeline.defs.ingest import chunking
-from library_pipeline.defs.ingest.partitions import partition_key_for
+from library_pipeline.run_plan import partition_key_for
 from library_pipeline.defs.ingest.store import chunk_step, embed_step
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256

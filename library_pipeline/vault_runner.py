@@ -23,8 +23,8 @@ from library_pipeline.defs.vault.assets import vault_note_sections
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_lexeme_statistics
-from library_pipeline.run_plan import contiguous_spans, range_tags
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.run_plan import contiguous_spans, range_tags
 from library_pipeline.vault.sync import apply_plan, plan_sync, set_runs, synced_commit
 from serving.db import Database
 
