@@ -1,5 +1,7 @@
 """Resumable re-embed migration: move every passage (verbatim chunks, summaries,
-vault notes, memories) to a new embedding model without a search outage.
+vault notes, memories) to a new embedding model without a search outage. (~450
+lines, one state machine: record, batches, switch and the second lane's fill share
+the runner lock and the eligibility rule; the CLI is library_pipeline/migrate_cli.py.)
 
 agent-library (github.com/CreateM1nd/agent-library)'s reembed_library.py, shaped by this schema:
 

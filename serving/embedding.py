@@ -18,6 +18,10 @@ Backends:
   `multilingual_embedder`): every passage is embedded by it beside the primary
   model, because MiniLM is English-only (XQuAD ru->ru nDCG@10 0.2861 vs USE-m3
   0.8817; ru->en 0.1098 vs 0.8527). It may also be chosen as the primary backend.
+
+Longer than ~400 lines on purpose: each backend is a short class over one library,
+and the module is the one place that knows which texts and which models make a
+vector; split, the backends would import the text rule back from a sibling.
 """
 
 from __future__ import annotations
