@@ -20,7 +20,7 @@ from serving import cli as serving_cli
 from serving.memory_cli import memory_app
 from library_pipeline.graph_cli import graph_app
 from serving.db import Database
-from serving.settings import Settings, get_settings
+from serving.settings import Settings, get_settings, reset_settings
 
 console = Console(stderr=True)
 log = logging.getLogger("library_pipeline.cli")
@@ -65,6 +65,9 @@ def _setup_logging(verbose: bool) -> None:
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging and full tracebacks.")) -> None:
     global _VERBOSE
     _VERBOSE = verbose
+    # a command's start is where settings are read: in-process callers (tests,
+    # notebooks) may have changed the environment since the last command
+    reset_settings()
     _setup_logging(verbose)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
