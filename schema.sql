@@ -114,7 +114,8 @@ CREATE TABLE IF NOT EXISTS passages (
 -- 0.6085 -> 0.6390, fused 0.6974 -> 0.7063 - a 96-token chunk of an abstract lost the
 -- title words bm25s (whole documents) scores with. Set by a trigger so that every
 -- writer (ingest, RAPTOR, vault, memory, eval loader) gets the same rule; BEFORE
--- triggers run before generated columns are computed.
+-- triggers run before generated columns are computed. The same rule builds the text
+-- the embedders read (serving.embedding.passage_context); a test checks they agree.
 CREATE OR REPLACE FUNCTION passage_context(p_title text, p_heading text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT nullif(CASE WHEN lower(btrim(p_title)) = lower(btrim(p_heading)) THEN btrim(p_title)

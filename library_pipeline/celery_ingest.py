@@ -47,8 +47,9 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
 from library_pipeline.defs.ingest.store import record_failure_by_key
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.run_plan import range_tags
 from serving.db import Database
-from serving.settings import Settings
+from serving.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ ingest_celery_job = dg.define_asset_job(
 
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
-    settings = settings or Settings.from_env()
+    settings = settings or get_settings()
     return dg.Definitions(
         assets=[extracted_text, chunks, embeddings],
         jobs=[ingest_celery_job],
@@ -74,12 +75,26 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     )
 
 
-defs = build_definitions()
+_built: list[dg.Definitions] = []
+
+
+def _defs() -> dg.Definitions:
+    if not _built:
+        _built.append(build_definitions())
+    return _built[0]
+
+
+def __getattr__(name: str) -> dg.Definitions:
+    """`defs`, built on first access (the code location loads it) rather than at
+    import: the settings are read when a process starts using them."""
+    if name == "defs":
+        return _defs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ingest_job() -> dg.JobDefinition:
     """The reconstructable target: workers import this module and call it."""
-    return defs.resolve_job_def(CELERY_JOB)
+    return _defs().resolve_job_def(CELERY_JOB)
 
 
 def load_run_config(path: Path = DEFAULT_RUN_CONFIG) -> dict:
@@ -101,7 +116,7 @@ def execute_range(first: str, last: str, run_config: dict, reason: str = "celery
     if first == last:
         tags["dagster/partition"] = first
     else:
-        tags.update({"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+        tags.update(range_tags([first, last]))
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(dg.reconstructable(ingest_job), instance=instance, run_config=run_config,
                                 tags=tags, raise_on_error=False)
@@ -199,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     every.add_argument("--batch", type=int, default=None, help="files per run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    db = Database(Settings.from_env())
+    db = Database(get_settings())
     prepare_dagster_home(db)
     if args.command == "worker":
         # the worker's tasks open the run storage from the instance the launcher

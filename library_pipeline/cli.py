@@ -14,13 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from library_pipeline.eval.cli import eval_app
-from library_pipeline.migrate import migrate_app
+from library_pipeline.migrate_cli import migrate_app
 from library_pipeline.vault_cli import vault_app
 from serving import cli as serving_cli
 from serving.memory_cli import memory_app
 from library_pipeline.graph_cli import graph_app
 from serving.db import Database
-from serving.settings import Settings
+from serving.settings import Settings, get_settings, reset_settings
 
 console = Console(stderr=True)
 log = logging.getLogger("library_pipeline.cli")
@@ -38,10 +38,17 @@ class _LibraryApp(typer.Typer):
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the top of the program
-            if _VERBOSE or os.environ.get("LIBRARY_DEBUG", "").strip() not in ("", "0"):
+            if _VERBOSE or _debug_setting():
                 raise
             print(f"error: {serving_cli.describe_failure(exc)}", file=sys.stderr, flush=True)
             sys.exit(1)
+
+
+def _debug_setting() -> bool:
+    try:
+        return get_settings().debug
+    except ValueError:  # a bad setting is what is being reported
+        return False
 
 
 app = _LibraryApp(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
@@ -58,6 +65,9 @@ def _setup_logging(verbose: bool) -> None:
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging and full tracebacks.")) -> None:
     global _VERBOSE
     _VERBOSE = verbose
+    # a command's start is where settings are read: in-process callers (tests,
+    # notebooks) may have changed the environment since the last command
+    reset_settings()
     _setup_logging(verbose)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -85,7 +95,7 @@ def ingest(
     """Ingest the library (or some files of it) through the Dagster assets, in-process."""
     from library_pipeline.ingest_runner import run_ingest
 
-    settings = Settings.from_env()
+    settings = get_settings()
     db = Database(settings)
     try:
         summary = run_ingest(db, _relpaths(settings, paths or []), force=force, batch=batch)
@@ -121,7 +131,7 @@ def inventory(db: Database) -> dict:
 @app.command()
 def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable inventory.")) -> None:
     """The inventory: files, passages, failures with their reasons."""
-    db = Database(Settings.from_env())
+    db = Database(get_settings())
     try:
         data = inventory(db)
         from library_pipeline.migrate import status as migration_status
@@ -152,7 +162,7 @@ def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only l
     """Delete the rows of files marked removed (their passages, pages, chunks)."""
     from library_pipeline.ingest_runner import purge_removed_files
 
-    db = Database(Settings.from_env())
+    db = Database(get_settings())
     try:
         with db.connect() as conn:
             paths = [r[0] for r in conn.execute(

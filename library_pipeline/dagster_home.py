@@ -20,23 +20,11 @@ log = logging.getLogger(__name__)
 INSTANCE_TABLES = ("runs", "instance_info", "event_logs", "jobs")
 INSTANCE_LOCK_ID = 7_301_116  # pg_advisory_lock key: one creation of the instance tables at a time
 
-LANE_TAG = "library/lane"  # run tag that puts a run in a lane (library_pipeline.defs.ops)
+# the run lanes and pools are declared once, in library_pipeline.run_plan; the
+# names stay importable from here for the definitions that use them
+from library_pipeline.run_plan import ENRICH_POOL, LANE_TAG, POOLS, RUN_QUEUE
 
-RUN_QUEUE = {
-    # Enrichment (RAPTOR, graph) and maintenance (memory upkeep, reconcile) get
-    # one slot each, so at least two of the four always remain for ingestion
-    # (runs without a lane tag, e.g. the folder sensor's, count only against
-    # the total). Four, not more: on 2 cores each run holds a loaded embedder.
-    "max_concurrent_runs": 4,
-    "tag_concurrency_limits": [
-        {"key": LANE_TAG, "value": "enrich", "limit": 1},
-        {"key": LANE_TAG, "value": "maintenance", "limit": 1},
-    ],
-}
-
-
-ENRICH_POOL = "enrich"
-POOLS = {"default_limit": 1, "granularity": "run"}
+__all__ = ["ENRICH_POOL", "LANE_TAG", "POOLS", "RUN_QUEUE", "prepare_dagster_home", "ensure_instance_tables"]
 
 
 def prepare_dagster_home(db: Database) -> Path:
@@ -52,10 +40,7 @@ def prepare_dagster_home(db: Database) -> Path:
         "storage": {"postgres": {"postgres_url": postgres_url}},
         "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
         # run limits live here once `concurrency` is used (Dagster refuses them in
-        # the run coordinator's config then). Pools: the enrich assets (pool
-        # "enrich") get one slot, checked by the run queue before a run starts
-        # (granularity "run"), so automation may queue enrich runs after every
-        # ingest without two of them ever competing with ingestion for the 2 cores.
+        # the run coordinator's config then)
         "concurrency": {"runs": RUN_QUEUE, "pools": POOLS},
         # step stdout/stderr viewable in the UI's run page (without it the
         # instance page showed `compute_logs: NoneType`)

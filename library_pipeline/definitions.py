@@ -1,20 +1,31 @@
 """The code location: every domain's definitions, with resources bound from
-the environment (serving.settings.Settings)."""
+the process's settings (serving.settings).
+
+`defs` is built on first access (PEP 562 module `__getattr__`), not at import: Dagster's
+loader and the tests read `library_pipeline.definitions.defs` as before, and importing
+this module reads no environment.
+"""
 
 from __future__ import annotations
 
+import threading
+
 import dagster as dg
 
-from library_pipeline.defs import eval as eval_defs
-from library_pipeline.defs import ingest, memory, ops
-from library_pipeline.defs import vault
-from library_pipeline.defs import enrich
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
-from serving.settings import Settings
+from serving.settings import Settings, get_settings
+
+_built: dict[str, dg.Definitions] = {}
+_lock = threading.Lock()
 
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
-    settings = settings or Settings.from_env()
+    # the domain packages are imported here: the enrich package binds its `llm`
+    # resource from the settings when it is imported
+    from library_pipeline.defs import enrich, ingest, memory, ops, vault
+    from library_pipeline.defs import eval as eval_defs
+
+    settings = settings or get_settings()
     resources = {
         "library_db": LibraryDatabase.from_settings(settings),
         "embedder": EmbedderResource.from_settings(settings),
@@ -24,4 +35,10 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
                                  dg.Definitions(resources=resources))
 
 
-defs = build_definitions()
+def __getattr__(name: str) -> dg.Definitions:
+    if name != "defs":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _lock:
+        if "defs" not in _built:
+            _built["defs"] = build_definitions()
+        return _built["defs"]

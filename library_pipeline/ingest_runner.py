@@ -20,6 +20,7 @@ from library_pipeline.defs.ingest.lexemes import lexeme_df
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
 from library_pipeline.defs.ingest.store import mark_removed, purge_removed, register_files
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.run_plan import contiguous_spans, range_tags
 from serving.db import Database
 
 log = logging.getLogger(__name__)
@@ -46,21 +47,6 @@ class _ProgressHandler(logging.Handler):
         if step:
             self.bar.set_description(step)
             self.bar.update(1)
-
-
-def contiguous_spans(keys: list[str], order: list[str], batch: int) -> list[list[str]]:
-    """Ranges (in partition order) that cover `keys`, each at most `batch` long.
-    Keys in between that were not asked for ride along; unchanged files skip
-    in milliseconds on their content hash."""
-    position = {k: i for i, k in enumerate(order)}
-    wanted = sorted({position[k] for k in keys})
-    spans: list[list[str]] = []
-    for index in wanted:
-        if spans and index - position[spans[-1][-1]] <= 3 and len(spans[-1]) < batch:
-            spans[-1].extend(order[position[spans[-1][-1]] + 1: index + 1])
-        else:
-            spans.append([order[index]])
-    return spans
 
 
 def register_library(db: Database, instance: dg.DagsterInstance, relpaths: list[str] | None = None
@@ -119,8 +105,7 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
     failed_runs = []
     try:
         for span in spans:
-            tags = {"dagster/asset_partition_range_start": span[0], "dagster/asset_partition_range_end": span[-1],
-                    "library/reason": "cli"}
+            tags = {**range_tags(span), "library/reason": "cli"}
             result = dg.materialize([extracted_text, chunks, embeddings], instance=instance, resources=resources,
                                     tags=tags, run_config=run_config, raise_on_error=False)
             if not result.success:

@@ -1,5 +1,7 @@
 """Resumable re-embed migration: move every passage (verbatim chunks, summaries,
-vault notes, memories) to a new embedding model without a search outage.
+vault notes, memories) to a new embedding model without a search outage. (~450
+lines, one state machine: record, batches, switch and the second lane's fill share
+the runner lock and the eligibility rule; the CLI is library_pipeline/migrate_cli.py.)
 
 agent-library (github.com/CreateM1nd/agent-library)'s reembed_library.py, shaped by this schema:
 
@@ -49,7 +51,8 @@ from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, multilingual_embedder, sha256
+from serving.embedding import Embedder, embed_text_for_row, multilingual_embedder, sha256
+from serving.passage_writer import embed_missing, stored_vectors
 from serving.migration import ACTIVE_KEY, EmbedderSpec, active_model  # noqa: F401 - EmbedderSpec re-exported
 
 log = logging.getLogger(__name__)
@@ -177,13 +180,7 @@ ORDER BY p.id LIMIT %(limit)s
 """
 
 
-def passage_text(source: str, title: str | None, heading: str | None, content: str) -> str:
-    """The exact text the writers embedded: memories prefix their type (stored as the
-    heading, serving/memory/store.py), everything else its document title and heading
-    (library_pipeline/defs/ingest/store.py)."""
-    if source == "memory":
-        return embed_text_for_passage(heading, None, content)
-    return embed_text_for_passage(title, heading, content)
+passage_text = embed_text_for_row  # the text each writer embedded (serving.embedding)
 
 
 @dataclass
@@ -407,13 +404,9 @@ def fill_multilingual(db: Database, embedder: Embedder | None = None, *, batch_s
                     break
                 texts = [passage_text(r[1], r[5], r[2], r[3]) for r in rows]
                 hashes = [sha256(x) for x in texts]
-                known = dict(conn.execute(
-                    "SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi FROM passages "
-                    "WHERE embed_model_multi = %s AND embed_hash = ANY(%s)", (embedder.name, list(set(hashes)))))
-            todo = {h: x for h, x in zip(hashes, texts) if h not in known}
-            if todo:
-                for h, v in zip(todo, embedder.encode_passages(list(todo.values()))):
-                    known[h] = HalfVector(np.asarray(v, dtype=np.float32))
+                distinct = list(dict.fromkeys(hashes))
+                known = stored_vectors(conn, embedder, distinct, multilingual=True)
+            todo, _ = embed_missing(embedder, distinct, dict(zip(hashes, texts)), known)
             res = BatchResult(passages=len(rows), embedded=len(todo), reused=len(rows) - len(todo),
                               text_mismatches=sum(1 for r, h in zip(rows, hashes) if r[4] and r[4] != h))
             with db.transaction() as conn, conn.cursor() as cur:
@@ -440,133 +433,6 @@ def fill_multilingual(db: Database, embedder: Embedder | None = None, *, batch_s
             "seconds": round(time.perf_counter() - started, 2)}
 
 
-# -- `library migrate embedder ...` --------------------------------------------------
-
-import json  # noqa: E402
-
-import typer  # noqa: E402
-
-migrate_app = typer.Typer(help="Migrations of the library's data.", no_args_is_help=True)
-embedder_app = typer.Typer(help="Re-embed every passage with another model, search answering throughout.",
-                           no_args_is_help=True)
-migrate_app.add_typer(embedder_app, name="embedder")
-
-
-def _cli_db() -> Database:
-    from serving.settings import Settings
-
-    return Database(Settings.from_env())
-
-
-def _progress(res: BatchResult, left: dict[str, int]) -> None:
-    typer.echo(f"batch: {res.passages} passages ({res.embedded} embedded, {res.reused} reused) in "
-               f"{res.seconds:.1f}s; {left['done']}/{left['total']} done, {left['remaining']} remaining", err=True)
-
-
-def _run_cli(db: Database, max_batches: int, max_seconds: float, pause: float) -> None:
-    try:
-        out = run(db, max_batches=max_batches or None, max_seconds=max_seconds or None, pause_seconds=pause,
-                  on_batch=_progress)
-    except MigrationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
-
-
-@embedder_app.command("start")
-def start_cmd(
-    backend: str = typer.Option(..., "--backend", help="minilm | sentence-transformers | onnx | ollama"),
-    model: str = typer.Option(None, "--model", help="Model directory / .onnx file / Ollama model."),
-    dims: int = typer.Option(None, "--dims", help="Matryoshka truncation (Ollama)."),
-    ollama_url: str = typer.Option("http://127.0.0.1:11434", "--ollama-url"),
-    batch: int = typer.Option(DEFAULT_BATCH, "--batch", min=1, help="Passages per committed batch."),
-    run_now: bool = typer.Option(True, "--run/--no-run", help="Run it now (else: `resume` or the "
-                                                               "reembed_migration asset runs it)."),
-    max_batches: int = typer.Option(0, "--max-batches", min=0, help="Stop after N batches (0 = finish)."),
-    pause: float = typer.Option(0.0, "--pause", min=0, help="Seconds to sleep between batches (throttle)."),
-) -> None:
-    """Record a migration to a new model and (by default) run it to the switch."""
-    db = _cli_db()
-    try:
-        try:
-            record = start(db, EmbedderSpec(backend.strip().lower(), model, dims, ollama_url), batch_size=batch)
-        except (MigrationError, ValueError, RuntimeError) as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from None
-        typer.echo(f"migration to {record['target']['name']} recorded (from {record['source']})", err=True)
-        if run_now:
-            _run_cli(db, max_batches, 0, pause)
-    finally:
-        db.stop()
-
-
-@embedder_app.command("resume")
-def resume_cmd(
-    max_batches: int = typer.Option(0, "--max-batches", min=0, help="Stop after N batches (0 = finish)."),
-    max_seconds: float = typer.Option(0, "--max-seconds", min=0, help="Stop after about this long."),
-    pause: float = typer.Option(0.0, "--pause", min=0, help="Seconds to sleep between batches (throttle)."),
-) -> None:
-    """Continue the running migration where it stopped, then switch."""
-    db = _cli_db()
-    try:
-        _run_cli(db, max_batches, max_seconds, pause)
-    finally:
-        db.stop()
-
-
-@embedder_app.command("multilingual")
-def multilingual_cmd(
-    batch: int = typer.Option(DEFAULT_BATCH, "--batch", min=1, help="Passages per committed batch."),
-    max_seconds: float = typer.Option(0, "--max-seconds", min=0, help="Stop after about this long."),
-    pause: float = typer.Option(0.0, "--pause", min=0, help="Seconds to sleep between batches (throttle)."),
-) -> None:
-    """Embed the passages that lack a vector of the multilingual lane (a library ingested
-    before the lane existed); resumable, search uses each batch as soon as it commits."""
-    db = _cli_db()
-    try:
-        def progress(res: BatchResult, left: dict[str, Any]) -> None:
-            typer.echo(f"batch: {res.passages} passages ({res.embedded} embedded, {res.reused} reused) in "
-                       f"{res.seconds:.1f}s; {left['done']} done, {left['remaining']} remaining", err=True)
-
-        out = fill_multilingual(db, batch_size=batch, max_seconds=max_seconds or None, pause_seconds=pause,
-                                on_batch=progress)
-    except MigrationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    finally:
-        db.stop()
-    typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
-
-
-@embedder_app.command("status")
-def status_cmd(json_out: bool = typer.Option(False, "--json")) -> None:
-    """State, target, done / remaining."""
-    db = _cli_db()
-    try:
-        with db.connect() as conn:
-            out = status(conn)
-    finally:
-        db.stop()
-    if json_out:
-        typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
-    else:
-        typer.echo(describe(out))
-
-
-@embedder_app.command("abort")
-def abort_cmd() -> None:
-    """Stop the running migration and drop its vectors (search never used them)."""
-    db = _cli_db()
-    try:
-        out = abort(db)
-    except MigrationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    finally:
-        db.stop()
-    typer.echo(f"aborted the migration to {out['target']['name']}; dropped {out['dropped_vectors']} vectors")
-
-
 def describe(st: dict[str, Any]) -> str:
     """One line for `library status`."""
     multi = st.get("multilingual") or {}
@@ -583,6 +449,7 @@ def describe(st: dict[str, Any]) -> str:
     return f"embedder: {st.get('active')}; last migration to {target} {st['state']} ({st.get('updated_at')})" + second
 
 
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    migrate_app()
+if __name__ == "__main__":  # `python -m library_pipeline.migrate embedder ...`, as before the CLI moved
+    from library_pipeline.migrate_cli import main
+
+    main()

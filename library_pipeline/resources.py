@@ -16,7 +16,7 @@ from pydantic import Field
 from serving.db import Database
 from serving.embedding import Embedder, load_embedder
 from serving.migration import load_active_embedder
-from serving.settings import Settings
+from serving.settings import DEFAULT_OLLAMA_URL, Settings, get_settings
 
 _DATABASES: dict[tuple, Database] = {}
 
@@ -38,7 +38,7 @@ class LibraryDatabase(dg.ConfigurableResource):
     @property
     def settings(self) -> Settings:
         return dataclasses.replace(
-            Settings.from_env(), library_dir=Path(self.library_dir), home=Path(self.home),
+            get_settings(), library_dir=Path(self.library_dir), home=Path(self.home),
             db_dsn=self.dsn or None, max_file_bytes=self.max_file_bytes,
             ocr_languages=self.ocr_languages)
 
@@ -56,7 +56,7 @@ class EmbedderResource(dg.ConfigurableResource):
     backend: str = Field(default="minilm", description="minilm | sentence-transformers | ollama")
     model: str = Field(default="", description="Model dir / hub name / Ollama model (not for minilm).")
     dims: int = Field(default=0, description="Matryoshka truncation for Ollama models; 0 = native.")
-    ollama_url: str = Field(default="http://127.0.0.1:11434")
+    ollama_url: str = Field(default=DEFAULT_OLLAMA_URL)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbedderResource:

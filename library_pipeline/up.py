@@ -22,7 +22,7 @@ from pathlib import Path
 
 from library_pipeline.dagster_home import prepare_dagster_home
 from serving.db import Database, StartError, file_lock, prune_stale_owners
-from serving.settings import Settings
+from serving.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,8 @@ def enrichment_progress(db: Database) -> str | None:
 
 def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
     _check_ports(webserver_port, mcp_port if mcp else None)
-    settings = Settings.from_env()
-    if not os.environ.get("LIBRARY_DIR"):
+    settings = get_settings()
+    if not settings.library_dir_explicit:
         seed_example_library(settings.library_dir)
     db = Database(settings)
     children: dict[str, subprocess.Popen] = {}

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from serving.db import Database
-from serving.settings import Settings
+from serving.settings import Settings, get_settings
 
 vault_app = typer.Typer(help="Obsidian vault sync from a git repository (LIBRARY_VAULT_REPO).",
                         no_args_is_help=True)
@@ -21,7 +21,7 @@ log = logging.getLogger("library_pipeline.vault_cli")
 
 
 def _settings(repo: Path | None, branch: str | None) -> Settings:
-    settings = Settings.from_env()
+    settings = get_settings()
     if repo is not None:
         settings = dataclasses.replace(settings, vault_repo=repo.expanduser().absolute())
     if branch:
@@ -43,7 +43,7 @@ def sync(
     """Index what changed in the vault since the last sync, now (in-process Dagster runs)."""
     from library_pipeline.defs.vault.resources import VaultResource
     from library_pipeline.vault.git import GitError
-    from library_pipeline.vault.runner import run_sync
+    from library_pipeline.vault_runner import run_sync
 
     settings = _settings(repo, branch)
     db = Database(settings)
@@ -109,7 +109,7 @@ def status(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable status."),
 ) -> None:
     """Head vs last synced commit (lag), notes by status, failures, recent syncs."""
-    settings = Settings.from_env()
+    settings = get_settings()
     if repo is not None:
         settings = dataclasses.replace(settings, vault_repo=repo.expanduser().absolute())
     db = Database(settings)

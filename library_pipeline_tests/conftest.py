@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from serving.db import Database
-from serving.settings import Settings
+from serving.settings import Settings, reset_settings
 
 REPO = Path(__file__).resolve().parent.parent
 # In the repository on purpose: a fresh clone runs its tests with nothing beside it.
@@ -57,8 +57,33 @@ def _reset_dagster_defs_state_storage():
     _current_storage.set(None)
 
 
+class _SettingsMonkeyPatch(pytest.MonkeyPatch):
+    """pytest's monkeypatch, and a process whose environment changed: the settings
+    are read once per process (serving.settings.get_settings), so a test that sets
+    or removes a variable gets them read again, and so does the next test."""
+
+    def setenv(self, name: str, value: str, prepend: str | None = None) -> None:
+        super().setenv(name, value, prepend)
+        reset_settings()
+
+    def delenv(self, name: str, raising: bool = True) -> None:
+        super().delenv(name, raising)
+        reset_settings()
+
+    def undo(self) -> None:
+        super().undo()
+        reset_settings()
+
+
+@pytest.fixture
+def monkeypatch():
+    mp = _SettingsMonkeyPatch()
+    yield mp
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
+def test_data() -> Path:
     return TEST_DATA
 
 

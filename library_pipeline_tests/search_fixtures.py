@@ -297,12 +297,12 @@ def small_library(db: Database, embedder, data: Path, *, books: int = 3, refresh
 
 
 @pytest.fixture(scope="session")
-def corpus(server_db, embedder, shared_data, request) -> Corpus:
+def corpus(server_db, embedder, test_data, request) -> Corpus:
     """The sample library, built once per session. Tests must not modify it."""
     global EMBED_CACHE
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     EMBED_CACHE = cache.mkdir("search_embeddings") if cache is not None else None
-    return build_corpus(create_database(server_db), embedder, shared_data)
+    return build_corpus(create_database(server_db), embedder, test_data)
 
 
 @pytest.fixture()

@@ -26,8 +26,8 @@ MAX = 216  # what the chunk budget leaves of MiniLM's 256 after a title prefix
 
 
 @pytest.fixture(scope="module")
-def docs(shared_data: Path) -> Path:
-    return shared_data / "documents"
+def docs(test_data: Path) -> Path:
+    return test_data / "documents"
 
 
 @pytest.fixture(scope="module")

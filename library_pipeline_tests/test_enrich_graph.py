@@ -29,10 +29,10 @@ RU = "ru/pushkin-kapitanskaya-dochka.txt"
 
 
 @pytest.fixture(scope="module")
-def library(server_db, shared_data, tmp_path_factory, instance):
+def library(server_db, test_data, tmp_path_factory, instance):
     root = tmp_path_factory.mktemp("graph") / "library"
-    sherlock_excerpt(shared_data, root / BOOK)
-    pushkin_excerpt(shared_data, root / RU, chars=12000)
+    sherlock_excerpt(test_data, root / BOOK)
+    pushkin_excerpt(test_data, root / RU, chars=12000)
     db = new_database(server_db, root)
     assert ingest(db, instance)["failed"] == 0
     keys = partition_keys(db, [BOOK, RU])

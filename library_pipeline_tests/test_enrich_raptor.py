@@ -21,9 +21,9 @@ BOOK = "sherlock/adventures-excerpt.txt"
 
 
 @pytest.fixture(scope="module")
-def library(server_db, shared_data, tmp_path_factory, instance):
+def library(server_db, test_data, tmp_path_factory, instance):
     root = tmp_path_factory.mktemp("raptor") / "library"
-    sherlock_excerpt(shared_data, root / BOOK)
+    sherlock_excerpt(test_data, root / BOOK)
     write(root / "short/note.txt", "A short note. It has two sentences only.")
     db = new_database(server_db, root)
     summary = ingest(db, instance)

@@ -23,8 +23,8 @@ from library_pipeline.defs.ingest.extract import (
 
 
 @pytest.fixture(scope="module")
-def docs(shared_data: Path) -> Path:
-    return shared_data / "documents"
+def docs(test_data: Path) -> Path:
+    return test_data / "documents"
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +108,9 @@ def test_image_only_pdf_without_ocr_is_a_readable_failure(docs: Path) -> None:
 
 
 def test_missing_tesseract_is_reported_only_when_a_page_needs_ocr(docs: Path, monkeypatch) -> None:
-    from library_pipeline.defs.ingest import extract
+    from library_pipeline.defs.ingest.extract import pdf
 
-    monkeypatch.setattr(extract, "_tesseract_languages", lambda: frozenset())
+    monkeypatch.setattr(pdf, "_tesseract_languages", lambda: frozenset())
     assert extract_file(docs / "pdf" / "federal-register-2020-17221.pdf").ocr_pages == 0
     with pytest.raises(ExtractionError, match="apt-get install tesseract-ocr"):
         extract_file(docs / "pdf_scanned" / "huckleberry-finn-p22_c02-22.pdf")
@@ -311,7 +311,7 @@ def test_size_limit_and_vanished_file(docs: Path, tmp_path: Path) -> None:
 
 
 def test_supported_suffixes() -> None:
-    assert SUPPORTED_SUFFIXES == {".pdf", ".epub", ".txt", ".md"}
+    assert set(SUPPORTED_SUFFIXES) == {".pdf", ".epub", ".txt", ".md"}
     with pytest.raises(ExtractionError, match="undecodable|binary"):
         decode_text(b"\xff\xfe" + b"\x00\xd8" * 10)  # UTF-16 BOM, then lone surrogates
 

@@ -23,11 +23,11 @@ SCANNED = "documents/pdf_scanned/federal-register-2020-17221_rasterized-p1-3.pdf
 
 
 @pytest.fixture(scope="module")
-def corpus(server_db, shared_data, tmp_path_factory, monkeypatch_module):
+def corpus(server_db, test_data, tmp_path_factory, monkeypatch_module):
     library = tmp_path_factory.mktemp("corpus_library")
     shutil.copytree(SAMPLE_LIBRARY, library / "examples")
     for folder in ("epub", "pdf", "pdf_scanned", "text_ru"):
-        for f in sorted((shared_data / "documents" / folder).iterdir()):
+        for f in sorted((test_data / "documents" / folder).iterdir()):
             if f.suffix in (".pdf", ".epub") or folder == "text_ru":
                 target = library / "documents" / folder / f.name
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -57,11 +57,11 @@ def test_every_document_lands(corpus):
     assert instance.get_runs_count() == first["runs"] >= 1
 
 
-def test_page_counts_match_pymupdf(corpus, shared_data):
+def test_page_counts_match_pymupdf(corpus, test_data):
     db, _, _ = corpus
     docs = doc_rows(db)
     for folder in ("pdf", "pdf_scanned"):
-        for f in (shared_data / "documents" / folder).glob("*.pdf"):
+        for f in (test_data / "documents" / folder).glob("*.pdf"):
             with pymupdf.open(f) as pdf:
                 assert docs[f"documents/{folder}/{f.name}"]["pages"] == pdf.page_count
 
@@ -77,7 +77,7 @@ def test_toc_chunk_in_front_matter_only(corpus):
         assert end <= max(20, int(0.15 * pages)), (start, end)
 
 
-def test_ocr_text_close_to_ground_truth(corpus, shared_data):
+def test_ocr_text_close_to_ground_truth(corpus, test_data):
     db, _, _ = corpus
     with db.connect() as conn:
         ocr_pages, pages = conn.execute("SELECT ocr_pages, pages FROM documents WHERE path = %s",
@@ -86,7 +86,7 @@ def test_ocr_text_close_to_ground_truth(corpus, shared_data):
             "SELECT p.text FROM pages p JOIN documents d ON d.id = p.document_id WHERE d.path = %s "
             "ORDER BY p.page_no", (SCANNED,)))
     assert ocr_pages == pages == 3
-    truth = (shared_data / SCANNED.replace(".pdf", ".groundtruth.txt")).read_text(encoding="utf-8")
+    truth = (test_data / SCANNED.replace(".pdf", ".groundtruth.txt")).read_text(encoding="utf-8")
     norm = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731
     ratio = difflib.SequenceMatcher(None, norm(text), norm(truth), autojunk=False).ratio()
     assert ratio >= 0.90, ratio

@@ -73,8 +73,8 @@ def test_odd_patterns_are_answered(conn, pattern):
         assert answer["matched"] < answer["total"]
 
 
-def test_name_cache_reloads_when_documents_change(db, embedder, shared_data, corpus):
-    small_library(db, embedder, shared_data, books=2)
+def test_name_cache_reloads_when_documents_change(db, embedder, test_data, corpus):
+    small_library(db, embedder, test_data, books=2)
     with db.connect() as conn:
         assert library_files(conn, "treasure island")["matched"] == 0
         loads = NAMES.loads

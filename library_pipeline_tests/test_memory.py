@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from library_pipeline_tests.search_fixtures import create_database
-from serving.memory import (IdentityError, MemoryError, MemoryNotFound, Viewer, forget_memory, get_memory,
+from serving.memory import (IdentityError, MemoryInputError, MemoryNotFound, Viewer, forget_memory, get_memory,
                             index_memory, load_identities, parse_identities, search_memory)
 from serving.memory.chunk import chunk_memory
 from serving.memory.store import MAX_CONTENT_CHARS
@@ -71,7 +71,7 @@ def test_scopes_hide_records_in_search_get_and_counts(conn, embedder):
     for viewer, expected in ((A, {mine.record["id"], dept.record["id"]}), (A2, {dept.record["id"]}),
                              (B, set()), (NOBODY, set())):
         if viewer is NOBODY:
-            with pytest.raises(MemoryError, match="no agent identity"):
+            with pytest.raises(MemoryInputError, match="no agent identity"):
                 search_memory(conn, embedder, viewer, "zebrafinch")
             continue
         res = search_memory(conn, embedder, viewer, "zebrafinch", top_k=50,
@@ -189,7 +189,7 @@ BAD = [
 @pytest.mark.parametrize("viewer,kwargs,needle", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_bad_input_is_refused_and_nothing_is_written(conn, embedder, viewer, kwargs, needle):
     before = _counts(conn)
-    with pytest.raises(MemoryError) as err:
+    with pytest.raises(MemoryInputError) as err:
         index_memory(conn, embedder, viewer, **kwargs)
     assert needle in str(err.value)
     assert _counts(conn) == before
@@ -199,11 +199,11 @@ def test_bad_search_and_get_input(conn, embedder):
     for flt, needle in (({"colour": "red"}, "unknown filter 'colour'"), ({"scope": "team"}, "unknown scope"),
                         ({"min_relevance": 2}, "between 0 and 1"), ({"include_cold": "yes"}, "true or false"),
                         ("scope=self", "filter must be an object"), ({"type": 5}, "string")):
-        with pytest.raises(MemoryError, match=needle if needle != "unknown scope" else "unknown scope"):
+        with pytest.raises(MemoryInputError, match=needle if needle != "unknown scope" else "unknown scope"):
             search_memory(conn, embedder, A, "anything", filter=flt)
-    with pytest.raises(MemoryError, match="top_k"):
+    with pytest.raises(MemoryInputError, match="top_k"):
         search_memory(conn, embedder, A, "anything", top_k=0)
-    with pytest.raises(MemoryError, match="query is empty"):
+    with pytest.raises(MemoryInputError, match="query is empty"):
         search_memory(conn, embedder, A, "   ")
     with pytest.raises(MemoryNotFound):
         get_memory(conn, A, "no-such-artifact")
@@ -212,7 +212,7 @@ def test_bad_search_and_get_input(conn, embedder):
 def test_forget_says_what_it_removes_and_only_for_the_author(conn, embedder):
     r1 = index_memory(conn, embedder, A, artifact_id="gone", scope="global", content="temporary note one")
     index_memory(conn, embedder, A, artifact_id="gone", scope="global", content="temporary note two")
-    with pytest.raises(MemoryError, match="only its author"):
+    with pytest.raises(MemoryInputError, match="only its author"):
         forget_memory(conn, B, "gone")
     preview = forget_memory(conn, A, "gone", dry_run=True)
     assert preview["memories"] == 2 and preview["passages"] == 2 and preview["dry_run"]
@@ -308,3 +308,16 @@ def test_search_can_span_library_passages(conn, embedder):
     sources = {r["source"]: r for r in both["results"]}
     assert "library" in sources and sources["library"]["meta"]["path"] == "guides/dune-surfing.txt"
     assert mem.record["id"] in [r["id"] for r in both["results"]]
+
+
+def test_the_error_type_does_not_shadow_the_builtin():
+    """`MemoryInputError` is the refusal type; the old name stays importable from
+    serving.memory for callers, and no module of the store rebinds the builtin."""
+    import builtins
+
+    from serving.memory import MemoryError as legacy
+    from serving.memory import store, validation
+
+    assert legacy is MemoryInputError and issubclass(MemoryNotFound, MemoryInputError)
+    assert "MemoryError" not in vars(store) and "MemoryError" not in vars(validation)
+    assert builtins.MemoryError is MemoryError

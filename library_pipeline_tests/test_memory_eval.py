@@ -17,13 +17,13 @@ from library_pipeline.eval.memory_eval import load_memory_set, score_memory_set
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
 
-def test_shipped_set_is_rebuilt_from_shared_data(shared_data):
+def test_shipped_set_is_rebuilt_from_test_data(test_data):
     shipped = json.loads(OUT.read_text(encoding="utf-8"))
-    assert build(shared_data) == shipped
+    assert build(test_data) == shipped
     mset = load_memory_set()
     assert len(mset["queries"]) >= 30 and len(mset["artifacts"]) >= 40
     for a in mset["artifacts"]:
-        assert (shared_data / a["source"].split("#")[0]).is_file() and len(a["content"]) >= 120
+        assert (test_data / a["source"].split("#")[0]).is_file() and len(a["content"]) >= 120
     halves = {q["lang"] for q in mset["queries"]}
     assert halves == {"en", "ru"} and sum(q["lang"] == "ru" for q in mset["queries"]) >= 30
     # some relevant artifacts are self / department records of the viewer, and the

@@ -39,10 +39,10 @@ def onnx():
     return load_embedder("onnx")
 
 
-def _library(make_db, tmp_path: Path, shared_data: Path, embedder):
+def _library(make_db, tmp_path: Path, test_data: Path, embedder):
     lib = tmp_path / "library"
     lib.mkdir()
-    src = shared_data / "documents/pdf_scanned/federal-register-2020-17221_rasterized-p1-3.groundtruth.txt"
+    src = test_data / "documents/pdf_scanned/federal-register-2020-17221_rasterized-p1-3.groundtruth.txt"
     shutil.copy(src, lib / "federal-register-notice.txt")
     db = make_db(lib)
     keys = register_files(db, {"federal-register-notice.txt": lib / "federal-register-notice.txt"})
@@ -50,7 +50,7 @@ def _library(make_db, tmp_path: Path, shared_data: Path, embedder):
     assert extract_step(db, lib, key).status == "ok"
     assert chunk_step(db, key, embedder).status == "ok"
     assert embed_step(db, key, embedder).status == "ok"
-    notes = shared_data / "obsidian_vaults/quartz_docs"
+    notes = test_data / "obsidian_vaults/quartz_docs"
     viewer = Viewer(agent="tester", department="research")
     with db.connect() as conn:
         for name in NOTES:
@@ -77,8 +77,8 @@ def _models(db) -> dict[str, int]:
         return dict(conn.execute("SELECT coalesce(embed_model, '-'), count(*) FROM passages GROUP BY 1").fetchall())
 
 
-def test_migration_survives_sigkill_and_switches_atomically(make_db, tmp_path, shared_data, embedder, onnx):
-    db = _library(make_db, tmp_path, shared_data, embedder)
+def test_migration_survives_sigkill_and_switches_atomically(make_db, tmp_path, test_data, embedder, onnx):
+    db = _library(make_db, tmp_path, test_data, embedder)
     before = _models(db)
     assert set(before) == {embedder.name} and sum(before.values()) >= 40
     _answers(db, embedder)
@@ -162,12 +162,12 @@ def test_migration_survives_sigkill_and_switches_atomically(make_db, tmp_path, s
         assert mem["results"] and all(r["source"] == "memory" for r in mem["results"])
 
 
-def test_start_refuses_and_abort_discards(make_db, tmp_path, shared_data, embedder, onnx):
+def test_start_refuses_and_abort_discards(make_db, tmp_path, test_data, embedder, onnx):
     db = make_db(tmp_path / "lib")
     viewer = Viewer(agent="tester")
     with db.connect() as conn:
         for i, name in enumerate(NOTES[:3]):
-            text = next((shared_data / "obsidian_vaults/quartz_docs").rglob(name)).read_text(encoding="utf-8")
+            text = next((test_data / "obsidian_vaults/quartz_docs").rglob(name)).read_text(encoding="utf-8")
             index_memory(conn, embedder, viewer, artifact_id=f"n{i}", content=text[:800], scope="self")
         conn.commit()
     with pytest.raises(MigrationError, match="no migration is running"):
@@ -203,7 +203,7 @@ def test_start_refuses_and_abort_discards(make_db, tmp_path, shared_data, embedd
         abort(db)
 
 
-def test_reembed_asset_reports_progress_and_switches(make_db, tmp_path, shared_data, embedder, onnx):
+def test_reembed_asset_reports_progress_and_switches(make_db, tmp_path, test_data, embedder, onnx):
     import dagster as dg
 
     from library_pipeline.defs.ops.reembed import reembed_migration
@@ -212,7 +212,7 @@ def test_reembed_asset_reports_progress_and_switches(make_db, tmp_path, shared_d
     db = make_db(tmp_path / "lib")
     with db.connect() as conn:
         for i, name in enumerate(NOTES[:4]):
-            text = next((shared_data / "obsidian_vaults/quartz_docs").rglob(name)).read_text(encoding="utf-8")
+            text = next((test_data / "obsidian_vaults/quartz_docs").rglob(name)).read_text(encoding="utf-8")
             index_memory(conn, embedder, Viewer(agent="tester"), artifact_id=f"n{i}", content=text[:600],
                          scope="global")
         conn.commit()

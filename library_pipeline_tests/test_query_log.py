@@ -27,8 +27,8 @@ SCOUT = Viewer(agent="Agent-Scout", department="marketing")
 
 
 @pytest.fixture()
-def logged(db, embedder, shared_data):
-    small_library(db, embedder, shared_data, books=1)
+def logged(db, embedder, test_data):
+    small_library(db, embedder, test_data, books=1)
     with db.connect() as conn:
         index_memory(conn, embedder, SCOUT, artifact_id="pricing-notes", scope="department",
                      content="Pricing test for the spring campaign: the 9.99 tier converted best.")

@@ -9,8 +9,8 @@ from serving.lexemes import refresh_lexeme_df
 from serving.search import SearchConfig, search
 
 
-def test_refresh_counts_document_frequency_per_configuration(db, embedder, shared_data, corpus):
-    small_library(db, embedder, shared_data, books=5, refresh=False)
+def test_refresh_counts_document_frequency_per_configuration(db, embedder, test_data, corpus):
+    small_library(db, embedder, test_data, books=5, refresh=False)
     with db.connect() as conn:
         # a removed passage and a summary must not count: the lane never searches them
         conn.execute("UPDATE passages SET removed = true WHERE id = (SELECT min(id) FROM passages)")
@@ -38,8 +38,8 @@ def test_refresh_counts_document_frequency_per_configuration(db, embedder, share
         assert again["lexemes"] == result["lexemes"] and again["passages"] == result["passages"]
 
 
-def test_unknown_lexemes_count_as_rare(db, embedder, shared_data, corpus):
-    lib = small_library(db, embedder, shared_data, books=3)
+def test_unknown_lexemes_count_as_rare(db, embedder, test_data, corpus):
+    lib = small_library(db, embedder, test_data, books=3)
     with db.connect() as conn:
         # ingested after the refresh: "zyzzogeton" is in no lexeme_df row yet
         doc = lib.ids["epub/pg2701-moby-dick.epub"]
@@ -61,8 +61,8 @@ def test_unknown_lexemes_count_as_rare(db, embedder, shared_data, corpus):
         assert response.results[0].passage_id == new_id
 
 
-def test_keyword_lane_works_before_the_first_refresh(db, embedder, shared_data, corpus):
-    small_library(db, embedder, shared_data, books=2, refresh=False)
+def test_keyword_lane_works_before_the_first_refresh(db, embedder, test_data, corpus):
+    small_library(db, embedder, test_data, books=2, refresh=False)
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM lexeme_df").fetchone()[0] == 0
         response = search(conn, embedder, "Sherlock Holmes violin", top_k=5, config=SearchConfig.only("keyword"))

@@ -100,9 +100,9 @@ def test_no_reranker_configured_is_reported(conn, embedder, monkeypatch):
 
 
 # -- circuit breaker: state in the database, counted across calls ---------------------
-def test_uniform_cross_encoder_scores_open_the_breaker(db, embedder, shared_data, corpus, constant_model,
+def test_uniform_cross_encoder_scores_open_the_breaker(db, embedder, test_data, corpus, constant_model,
                                                       tiny_model, monkeypatch):
-    small_library(db, embedder, shared_data, books=3)
+    small_library(db, embedder, test_data, books=3)
     degenerate = CrossEncoderReranker(str(constant_model))
     with db.connect() as conn:
         for i in range(health.THRESHOLD):
@@ -126,8 +126,8 @@ def test_uniform_cross_encoder_scores_open_the_breaker(db, embedder, shared_data
                              ).fetchone() == (0, None)
 
 
-def test_constant_vectors_open_the_vector_breaker(db, embedder, shared_data, corpus):
-    small_library(db, embedder, shared_data, books=3)
+def test_constant_vectors_open_the_vector_breaker(db, embedder, test_data, corpus):
+    small_library(db, embedder, test_data, books=3)
     with db.connect() as conn:
         # every passage got the same vector: a broken embedder's signature
         conn.execute("UPDATE passages SET embedding = (SELECT embedding FROM passages ORDER BY id LIMIT 1)")
@@ -141,8 +141,8 @@ def test_constant_vectors_open_the_vector_breaker(db, embedder, shared_data, cor
         assert health.breaker_status(conn)["vector"]["consecutive"] == health.THRESHOLD
 
 
-def test_empty_pool_is_counted_with_its_reason(db, embedder, shared_data, corpus):
-    small_library(db, embedder, shared_data, books=1)
+def test_empty_pool_is_counted_with_its_reason(db, embedder, test_data, corpus):
+    small_library(db, embedder, test_data, books=1)
     with db.connect() as conn:
         conn.execute("UPDATE passages SET embed_model = 'some-other-model'")
         conn.commit()

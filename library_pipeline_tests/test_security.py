@@ -161,7 +161,7 @@ def test_off_loopback_needs_a_valid_token_compared_in_constant_time(monkeypatch)
     assert isinstance(app, BearerAuth)
     compared = []
     real = hmac.compare_digest
-    monkeypatch.setattr(mcp_server.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
 
     async def run() -> list[int]:
         async with _asgi_client(app) as client:

@@ -95,8 +95,8 @@ def test_long_section_splits_at_deeper_headings():
     assert parts[2][1].startswith("### Two")
 
 
-def test_both_real_vaults_parse(shared_data):
-    root = shared_data / "obsidian_vaults"
+def test_both_real_vaults_parse(test_data):
+    root = test_data / "obsidian_vaults"
     totals = {"notes": 0, "sections": 0, "link": 0, "embed": 0, "property": 0, "broken_yaml": 0, "callouts": 0}
     for path in sorted([*root.glob("kepano_vault/**/*.md"), *root.glob("quartz_docs/**/*.md")]):
         if not is_note(path.relative_to(root).as_posix()):

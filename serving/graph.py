@@ -418,22 +418,17 @@ for neighbours of neighbours), up to `limit` nodes, and every edge among them, e
 with the number of files asserting it. Use it to see the context of a concept at once."""
 
 
-def register_tools(server: Any, lib: Any, internal: Any) -> None:
+def register_tools(server: Any, lib: Any) -> None:
     """The graph tools on an MCPServer. The graph is built from library files only
     (never from agent memories), so every caller sees the same graph; the transport's
     authentication (bearer token over HTTP) applies as for every tool."""
-    from mcp.server.mcpserver.exceptions import ToolError
+    from serving.tool_errors import tool_call
 
     def call(tool: str, fn) -> dict[str, Any]:
-        try:
+        def run() -> dict[str, Any]:
             with lib.connection() as conn:
                 return fn(conn)
-        except GraphError as exc:
-            raise ToolError(str(exc)) from None
-        except ConnectionError as exc:
-            raise ToolError(str(exc)) from None
-        except Exception as exc:  # never a stack trace to the agent
-            raise internal(tool, exc) from None
+        return tool_call(tool, run, agent_errors=(GraphError,))
 
     @server.tool(name="library_entity", description=ENTITY_DESCRIPTION)
     def library_entity(name: str, limit: int = 10) -> dict[str, Any]:

@@ -44,9 +44,9 @@ def _print(value: Any) -> None:
 
 
 def _run(fn):
-    from serving.memory import MemoryError
+    from serving.memory import MemoryInputError
 
-    return with_library(fn, errors=(MemoryError,))
+    return with_library(fn, errors=(MemoryInputError,))
 
 
 @memory_app.command("index")

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from serving.embedding import Embedder, load_embedder
+from serving.settings import DEFAULT_OLLAMA_URL
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class EmbedderSpec:
     backend: str
     model: str | None = None
     dims: int | None = None
-    ollama_url: str = "http://127.0.0.1:11434"
+    ollama_url: str = DEFAULT_OLLAMA_URL
 
     def load(self) -> Embedder:
         return load_embedder(self.backend, self.model, dims=self.dims, ollama_url=self.ollama_url)
@@ -43,7 +44,7 @@ class EmbedderSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EmbedderSpec:
         return cls(backend=data["backend"], model=data.get("model"), dims=data.get("spec_dims"),
-                   ollama_url=data.get("ollama_url") or "http://127.0.0.1:11434")
+                   ollama_url=data.get("ollama_url") or DEFAULT_OLLAMA_URL)
 
 
 def active_model(conn: psycopg.Connection) -> dict[str, Any] | None:

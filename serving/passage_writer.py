@@ -41,6 +41,13 @@ log = logging.getLogger(__name__)
 _DEFAULT = object()
 
 
+def ts_config_for_language(conn: psycopg.Connection, language: str | None) -> str:
+    """The text-search configuration a passage in `language` (ISO 639-1, or None) is
+    stemmed with. The map is schema.sql's `ts_config_for_language`, the one both SQL
+    (documents) and every Python writer use; unknown languages get 'simple'."""
+    return conn.execute("SELECT ts_config_for_language(%s)::text", (language,)).fetchone()[0]
+
+
 @dataclass
 class PassageRow:
     """One passage to write. `embed_text` is the exact text both models read (for
@@ -84,6 +91,33 @@ class Vectors:
     embed_seconds: float = 0.0  # primary model
     embed_seconds_multi: float = 0.0
     fresh: set[str] = field(default_factory=set)   # hashes the primary model embedded now
+
+
+# a vector already stored for the same embedded text under the same model
+_REUSE_PRIMARY_SQL = ("SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
+                      "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL")
+_REUSE_MULTI_SQL = ("SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi FROM passages "
+                    "WHERE embed_model_multi = %s AND embed_hash = ANY(%s) AND embedding_multi IS NOT NULL")
+
+
+def stored_vectors(conn: psycopg.Connection, model: Embedder, hashes: list[str], *,
+                   multilingual: bool = False) -> dict[str, HalfVector]:
+    """Vectors already stored under `model` for these embed_hashes, of either lane."""
+    query = _REUSE_MULTI_SQL if multilingual else _REUSE_PRIMARY_SQL
+    return dict(conn.execute(query, (model.name, hashes)).fetchall())
+
+
+def embed_missing(model: Embedder, hashes: list[str], by_hash: dict[str, str],
+                   have: dict[str, HalfVector]) -> tuple[list[str], float]:
+    """Embed the texts of `hashes` that `have` lacks, into `have`: (those hashes, seconds)."""
+    todo = [h for h in hashes if h not in have]
+    if not todo:
+        return todo, 0.0
+    t = time.perf_counter()
+    vectors = model.encode_passages([by_hash[h] for h in todo])
+    seconds = time.perf_counter() - t
+    have.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(todo, vectors))
+    return todo, seconds
 
 
 class PassageWriter:
@@ -136,33 +170,14 @@ class PassageWriter:
         out = Vectors()
         wanted = [h for h in hashes if h not in primary_given]
         if reuse and wanted:
-            out.primary = dict(conn.execute(
-                "SELECT DISTINCT ON (embed_hash) embed_hash, embedding FROM passages "
-                "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL",
-                (self.primary.name, wanted)).fetchall())
+            out.primary = stored_vectors(conn, self.primary, wanted)
         if reuse and self.multi is not None and hashes:
-            out.multi = dict(conn.execute(
-                "SELECT DISTINCT ON (embed_hash) embed_hash, embedding_multi FROM passages "
-                "WHERE embed_model_multi = %s AND embed_hash = ANY(%s) AND embedding_multi IS NOT NULL",
-                (self.multi.name, hashes)).fetchall())
-        todo = [h for h in wanted if h not in out.primary]
-        out.reused = len(wanted) - len(todo)
-        if todo:
-            t = time.perf_counter()
-            vectors = self.primary.encode_passages([by_hash[h] for h in todo])
-            out.embed_seconds = time.perf_counter() - t
-            out.primary.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(todo, vectors))
-        out.embedded = len(todo)
-        out.fresh = set(todo)
+            out.multi = stored_vectors(conn, self.multi, hashes, multilingual=True)
+        todo, out.embed_seconds = embed_missing(self.primary, wanted, by_hash, out.primary)
+        out.reused, out.embedded, out.fresh = len(wanted) - len(todo), len(todo), set(todo)
         if self.multi is not None:
-            todo = [h for h in hashes if h not in out.multi]
-            out.reused_multi = len(hashes) - len(todo)
-            if todo:
-                t = time.perf_counter()
-                vectors = self.multi.encode_passages([by_hash[h] for h in todo])
-                out.embed_seconds_multi = time.perf_counter() - t
-                out.multi.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(todo, vectors))
-            out.embedded_multi = len(todo)
+            todo, out.embed_seconds_multi = embed_missing(self.multi, hashes, by_hash, out.multi)
+            out.reused_multi, out.embedded_multi = len(hashes) - len(todo), len(todo)
         return out
 
     # -- rows ---------------------------------------------------------------------

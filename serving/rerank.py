@@ -19,10 +19,11 @@ used cross-encoder/ms-marco-MiniLM-L-6-v2); unset, the stage reports itself
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Protocol, runtime_checkable
+
+from serving.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ _announced: set[str] = set()
 def default_reranker() -> Reranker | None:
     """The process-wide reranker from LIBRARY_RERANKER, loaded once; None when unset or
     when loading failed (the failure is logged once and reported by search as skipped)."""
-    spec = os.environ.get(ENV, "").strip()
+    spec = get_settings().reranker
     with _lock:
         if spec in _default:
             return _default[spec]
@@ -87,5 +88,5 @@ def default_reranker() -> Reranker | None:
 
 def load_error(spec: str | None = None) -> bool:
     """True when LIBRARY_RERANKER is set but could not be loaded."""
-    spec = (spec if spec is not None else os.environ.get(ENV, "")).strip()
+    spec = (spec if spec is not None else get_settings().reranker).strip()
     return bool(spec) and spec in _default and _default[spec] is None

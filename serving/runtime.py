@@ -16,7 +16,7 @@ from pgvector.psycopg import register_vector
 from serving.db import Database
 from serving.embedding import Embedder, load_embedder, multilingual_embedder
 from serving.migration import load_active_embedder
-from serving.settings import Settings
+from serving.settings import Settings, get_settings
 from serving.threads import limit_torch_threads
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ RECONNECT_TIMEOUT_S = 2.0
 class Library:
     def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,
                  pool_size: int = 4) -> None:
-        self.settings = settings or Settings.from_env()
+        self.settings = settings or get_settings()
         self.db = Database(self.settings)
         self._embedder = embedder
         self._pool = None

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from serving.settings import get_settings
+
 log = logging.getLogger(__name__)
 
 WIDE_MIN_TEXTS = 3     # a single query or a short memory stays on one thread
@@ -31,12 +33,7 @@ _wide_lock = threading.Lock()
 
 
 def _configured() -> int:
-    raw = os.environ.get("LIBRARY_TORCH_THREADS", "1").strip() or "1"
-    try:
-        return int(raw)
-    except ValueError:
-        log.warning("LIBRARY_TORCH_THREADS=%r is not an integer; using 1", raw)
-        return 1
+    return get_settings().torch_threads
 
 
 def limit_torch_threads() -> None:

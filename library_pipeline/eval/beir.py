@@ -31,7 +31,6 @@ import csv
 import dataclasses
 import json
 import logging
-import os
 import re
 import time
 from collections.abc import Callable
@@ -43,12 +42,12 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from library_pipeline.defs.ingest import chunking
-from library_pipeline.defs.ingest.partitions import partition_key_for
+from library_pipeline.run_plan import partition_key_for
 from library_pipeline.defs.ingest.store import chunk_step, embed_step
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 from serving.lexemes import refresh_lexeme_df
-from serving.settings import Settings
+from serving.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +122,9 @@ def eval_database(dataset: str, *, dsn: str | None = None, base: Database | None
     library_eval_<dataset> is created on the server `base` points at (by default
     the embedded server of the current settings, or the server of LIBRARY_DB_DSN).
     """
-    dsn = dsn or os.environ.get("LIBRARY_EVAL_DSN") or None
+    dsn = dsn or get_settings().eval_dsn
     if dsn is not None:
-        settings = base.settings if base is not None else Settings.from_env()
+        settings = base.settings if base is not None else get_settings()
         if settings.db_dsn and dsn == settings.db_dsn:
             raise ValueError("refusing to load an evaluation corpus into the library database itself")
         db = Database(dataclasses.replace(settings, db_dsn=dsn))

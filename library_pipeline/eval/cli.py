@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import typer
@@ -19,9 +18,9 @@ eval_app = typer.Typer(help="Retrieval evaluation: BEIR datasets, the regression
 
 def _embedder():
     from serving.embedding import load_embedder
-    from serving.settings import Settings
+    from serving.settings import get_settings
 
-    s = Settings.from_env()
+    s = get_settings()
     return load_embedder(s.embed_backend, s.embed_model, dims=s.embed_dims, ollama_url=s.ollama_url)
 
 
@@ -35,10 +34,19 @@ def _dense_models(embedder, anchors: bool, threads: int = 2):
             UseM3(threads=threads)]
 
 
-def _cache_dir() -> Path:
-    from serving.settings import Settings
+def _login_name() -> str:
+    import getpass
 
-    return Settings.from_env().home / "eval-cache"
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "person"
+
+
+def _cache_dir() -> Path:
+    from serving.settings import get_settings
+
+    return get_settings().home / "eval-cache"
 
 
 def default_split(dataset_dir: Path) -> str:
@@ -218,16 +226,18 @@ def judge(
     judgments: Path = typer.Option(None, "--judgments", help="JSONL to append to (default: <pool>.judgments.jsonl)."),
     model: str = typer.Option(None, "--model", help="Ollama model as judge (default: LIBRARY_JUDGE_MODEL; "
                                                     "unset = you judge at the prompt)."),
-    name: str = typer.Option(os.environ.get("USER", "person"), "--name", help="Your name, when you judge."),
+    name: str = typer.Option(None, "--name", help="Your name, when you judge (default: your login name)."),
     limit: int = typer.Option(0, "--limit", min=0, help="Stop after N judgments (resume later)."),
 ) -> None:
     """Judge each pooled candidate once, blind to which configuration found it."""
     from library_pipeline.eval.judge import OllamaJudge, PromptJudge, judge_pool
 
     data = json.loads(pool_file.read_text(encoding="utf-8"))
-    model = model or os.environ.get("LIBRARY_JUDGE_MODEL")
-    who = (OllamaJudge(model, os.environ.get("LIBRARY_OLLAMA_URL", "http://127.0.0.1:11434")) if model
-           else PromptJudge(name))
+    from serving.settings import get_settings
+
+    settings = get_settings()
+    model = model or settings.judge_model
+    who = (OllamaJudge(model, settings.ollama_url) if model else PromptJudge(name or _login_name()))
     path = judgments or pool_file.with_suffix(".judgments.jsonl")
     n = judge_pool(data, path, who, limit=limit or None)
     typer.echo(f"{n} judged by {who.name} -> {path}")

@@ -55,6 +55,7 @@ import psycopg
 from library_pipeline.eval.metrics import evaluate, ranking_to_run
 from serving.embedding import Embedder
 from serving.search import SearchConfig, search
+from serving.settings import DEFAULT_OLLAMA_URL
 
 JUDGE_PROMPT = """You judge search results for a document library.
 Query: {query}
@@ -75,7 +76,7 @@ class Judge(Protocol):
 class OllamaJudge:
     """A local LLM on an Ollama server. A consistent rater, not a correct one."""
 
-    def __init__(self, model: str, url: str = "http://127.0.0.1:11434", timeout: float = 120.0) -> None:
+    def __init__(self, model: str, url: str = DEFAULT_OLLAMA_URL, timeout: float = 120.0) -> None:
         import ollama
 
         self._client = ollama.Client(host=url, timeout=timeout)

@@ -28,7 +28,7 @@ from library_pipeline.vault.git import Entry, GitError, GitRepo
 from library_pipeline.vault.parser import NoteError, ParsedNote, parse_note, split_subsections
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
-from serving.passage_writer import PassageRow, PassageWriter, Vectors, ensure_indexes
+from serving.passage_writer import PassageRow, PassageWriter, Vectors, ensure_indexes, ts_config_for_language
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def _store(db: Database, p: _Prepared, key: str, commit: str, vectors: Vectors, 
             result.status, result.reason = "skipped", "unchanged (indexed concurrently)"
             return result
         version = locked["version"] + 1
-        ts_config = conn.execute("SELECT ts_config_for_language(%s)::text", (p.language,)).fetchone()[0]
+        ts_config = ts_config_for_language(conn, p.language)
         writer.swap(conn, doc["id"], [
             PassageRow(content=c.content, embed_text=t, document_id=doc["id"], source="vault", kind="note",
                        ordinal=c.ordinal, heading=c.heading, content_hash=sha256(c.content), ts_config=ts_config,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
-from library_pipeline.defs.ingest.partitions import partition_key_for
+from library_pipeline.run_plan import partition_key_for
 from library_pipeline.vault.git import Entry, GitRepo
 from serving.db import Database
 

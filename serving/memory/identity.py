@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from serving.search.types import Viewer
+from serving.settings import get_settings
 
 IDENTITIES_ENV = "LIBRARY_IDENTITIES"
 AGENT_ENV = "LIBRARY_AGENT"
@@ -87,7 +87,7 @@ def parse_identities(raw: dict, where: str = "identities") -> IdentityMap:
 
 def load_identities(path: str | Path | None = None) -> IdentityMap | None:
     """The token map from `path` or $LIBRARY_IDENTITIES; None when neither is set."""
-    path = path or os.environ.get(IDENTITIES_ENV) or None
+    path = path or get_settings().identities
     if not path:
         return None
     p = Path(path).expanduser()
@@ -110,9 +110,10 @@ def load_identities(path: str | Path | None = None) -> IdentityMap | None:
 
 def env_identity() -> Viewer | None:
     """The stdio identity: LIBRARY_AGENT (+ LIBRARY_DEPARTMENT); None when unset."""
-    agent = (os.environ.get(AGENT_ENV) or "").strip()
+    settings = get_settings()
+    agent = settings.agent
     if not agent:
         return None
-    dept = (os.environ.get(DEPARTMENT_ENV) or "").strip() or None
+    dept = settings.department
     return Viewer(agent=_name(agent, "agent", AGENT_ENV),
                   department=_name(dept, "department", DEPARTMENT_ENV) if dept else None)

@@ -14,12 +14,10 @@ not exist: same empty result, same counts, same "not found" message.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 import psycopg
@@ -28,128 +26,38 @@ from psycopg.types.json import Jsonb
 
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import chunk_memory
-from serving.passage_writer import PassageRow, PassageWriter
+from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
+from serving.memory.validation import (
+    MAX_CONTENT_CHARS,
+    MemoryInputError,
+    MemoryNotFound,
+    parse_memory_filter,
+    require_identity,
+    validate_artifact_id,
+    validate_content,
+    validate_meta,
+    validate_scope,
+)
+from serving.search.types import MAX_TOP_K, SearchConfig, SearchError, SearchFilters, Viewer
 from serving.threads import wide_threads
-from serving.search.types import MAX_TOP_K, SCOPES, SearchConfig, SearchError, SearchFilters, Viewer
 
 log = logging.getLogger(__name__)
 
-MAX_CONTENT_CHARS = 200_000      # ~50k tokens, ~200 passages: a report, not a book (10 MB is refused)
-MAX_ARTIFACT_ID = 200
-MAX_META_BYTES = 16_384
+__all__ = ["MAX_CHUNKS", "MAX_CONTENT_CHARS", "MEMORY_SEARCH_CONFIG", "MemoryInputError", "MemoryNotFound",
+           "forget_memory", "get_memory", "index_memory", "parse_memory_filter", "search_memory"]
+
 MAX_CHUNKS = 400
 MEMORY_SEARCH_CONFIG = SearchConfig(title=False, structure=False, summaries=False, label="memory")
 
 
-class MemoryError(SearchError):
-    """Bad input or a refused request, worded for the agent that sent it."""
-
-
-class MemoryNotFound(MemoryError):
-    pass
-
-
-# -- validation -----------------------------------------------------------------
-
-def _require_identity(viewer: Viewer | None, *, scope: str | None = None) -> Viewer:
-    if viewer is None or not viewer.agent:
-        raise MemoryError("no agent identity for this connection: memory tools need the caller's identity "
-                          "(HTTP: a bearer token listed in LIBRARY_IDENTITIES; stdio: LIBRARY_AGENT)")
-    if scope == "department" and not viewer.department:
-        raise MemoryError(f"agent {viewer.agent!r} has no department configured, so it cannot write "
-                          "scope 'department'; use 'self' or 'global'")
-    return viewer
-
-
-def _check_text(value: Any, what: str) -> str:
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise MemoryError(f"{what} is not valid UTF-8 text") from None
-    if not isinstance(value, str):
-        raise MemoryError(f"{what} must be a string, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise MemoryError(f"{what} is not valid UTF-8 text (lone surrogate characters)") from None
-    if "\x00" in value:
-        raise MemoryError(f"{what} contains NUL characters; send text, not binary data")
-    return value
-
-
-def validate_artifact_id(artifact_id: Any) -> str:
-    if isinstance(artifact_id, int) and not isinstance(artifact_id, bool):
-        artifact_id = str(artifact_id)
-    aid = _check_text(artifact_id, "artifact_id").strip()
-    if not aid:
-        raise MemoryError("artifact_id is empty")
-    if len(aid) > MAX_ARTIFACT_ID or any(ord(ch) < 32 for ch in aid):
-        raise MemoryError(f"artifact_id must be at most {MAX_ARTIFACT_ID} printable characters")
-    return aid
-
-
-def validate_content(content: Any) -> str:
-    text = _check_text(content, "content")
-    if not text.strip():
-        raise MemoryError("content is empty")
-    if len(text) > MAX_CONTENT_CHARS:
-        raise MemoryError(f"content is {len(text):,} characters; the limit is {MAX_CONTENT_CHARS:,} per "
-                          "artifact - split it into several artifacts, or put the document in the library")
-    return text
-
-
-def validate_scope(scope: Any) -> str:
-    if not isinstance(scope, str) or scope.strip().lower() not in SCOPES:
-        raise MemoryError(f"unknown scope {scope!r}; scope is one of {', '.join(SCOPES)}")
-    return scope.strip().lower()
-
-
-def validate_meta(meta: Any) -> dict[str, Any]:
-    if meta is None:
-        return {}
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            raise MemoryError("meta must be a JSON object, e.g. {\"type\": \"report\", \"task_id\": \"...\"}") from None
-    if not isinstance(meta, dict):
-        raise MemoryError(f"meta must be an object, got {type(meta).__name__}")
-    for key in meta:
-        if not isinstance(key, str) or not key.strip():
-            raise MemoryError("meta keys must be non-empty strings")
-    try:
-        encoded = json.dumps(meta, ensure_ascii=False, allow_nan=False)
-        encoded.encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError):
-        raise MemoryError("meta must hold JSON values only (strings, numbers, booleans, lists, objects)") from None
-    if "\\u0000" in encoded:
-        raise MemoryError("meta contains NUL characters")
-    if len(encoded.encode("utf-8")) > MAX_META_BYTES:
-        raise MemoryError(f"meta is larger than {MAX_META_BYTES:,} bytes")
-    for key in ("type", "task_id", "agent_note"):
-        if key in meta and meta[key] is not None and (not isinstance(meta[key], str) or len(meta[key]) > 200):
-            raise MemoryError(f"meta.{key} must be a string of at most 200 characters")
-    if meta.get("date") is not None:
-        ok = isinstance(meta["date"], str)
-        if ok:
-            try:
-                date.fromisoformat(meta["date"][:10])
-            except ValueError:
-                ok = False
-        if not ok:
-            raise MemoryError(f"meta.date must be an ISO date string (YYYY-MM-DD), got {str(meta['date'])[:40]!r}")
-    if "agent" in meta or "scope" in meta:
-        raise MemoryError("meta may not set 'agent' or 'scope': the agent is the caller's identity, "
-                          "the scope is its own argument")
-    return meta
-
-
-def _ts_config(text: str) -> str:
+def memory_language(text: str) -> str:
+    """A memory's language for stemming: Russian when most letters of its first 5,000
+    characters are Cyrillic, else English (agents write reports in one of the two; the
+    configuration for it comes from the one map, ts_config_for_language)."""
     letters = re.findall(r"[^\W\d_]", text[:5000])
     cyr = sum(1 for ch in letters if "\u0400" <= ch <= "\u04ff")
-    return "russian" if letters and cyr / len(letters) > 0.5 else "english"
+    return "ru" if letters and cyr / len(letters) > 0.5 else "en"
 
 
 def _owner_key(scope: str, viewer: Viewer) -> sql.Composable:
@@ -238,7 +146,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
     the write is one transaction, so a failure leaves nothing behind."""
     started = time.perf_counter()
     scope = validate_scope(scope)
-    viewer = _require_identity(viewer, scope=scope)
+    viewer = require_identity(viewer, scope=scope)
     aid = validate_artifact_id(artifact_id)
     text = validate_content(content)
     meta = validate_meta(meta)
@@ -277,7 +185,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
         t = time.perf_counter()
         chunks = chunk_memory(text, embedder)
         if len(chunks) > MAX_CHUNKS:
-            raise MemoryError(f"content makes {len(chunks)} passages; the limit is {MAX_CHUNKS}")
+            raise MemoryInputError(f"content makes {len(chunks)} passages; the limit is {MAX_CHUNKS}")
         timings["chunk"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         vectors = embed(chunks)
@@ -315,7 +223,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
             {**params, "version": version, "type": mtype, "meta": Jsonb(meta), "content": text,
              "chunks": len(chunks)}).fetchone()
         rec = _record(row)
-        tsc = _ts_config(text)
+        tsc = ts_config_for_language(conn, memory_language(text))
         writer.insert(conn, [
             PassageRow(content=c, embed_text=embed_text_for_passage(mtype, None, c), source="memory", kind="memory",
                        ordinal=i, heading=mtype, ts_config=tsc, scope=scope, agent=viewer.agent,
@@ -326,52 +234,6 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
 
 
 # -- search -----------------------------------------------------------------------
-
-_FILTER_NAMES = {"scope", "scopes", "type", "types", "agent", "agents", "min_relevance", "include_archived",
-                 "include_cold", "include_superseded", "include_library"}
-
-
-def parse_memory_filter(raw: Any) -> tuple[SearchFilters, bool]:
-    """The spec's filter object -> SearchFilters (viewer added by the caller), include_library."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise MemoryError(f"filter must be an object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _FILTER_NAMES)
-    if unknown:
-        raise MemoryError(f"unknown filter {unknown[0]!r}; accepted: {', '.join(sorted(_FILTER_NAMES))}")
-
-    def strings(key: str, plural: str) -> tuple[str, ...] | None:
-        value = raw.get(key, raw.get(plural))
-        if value is None:
-            return None
-        items = value if isinstance(value, (list, tuple)) else [value]
-        if not all(isinstance(v, str) and v.strip() for v in items):
-            raise MemoryError(f"filter {key!r} takes a string or a list of strings")
-        return tuple(v.strip() for v in items) or None
-
-    scopes = strings("scope", "scopes")
-    if scopes:
-        for s in scopes:
-            validate_scope(s)
-        scopes = tuple(s.lower() for s in scopes)
-    flags = {}
-    for name in ("include_archived", "include_cold", "include_superseded", "include_library"):
-        value = raw.get(name, False)
-        if not isinstance(value, bool):
-            raise MemoryError(f"filter {name!r} must be true or false")
-        flags[name] = value
-    mr = raw.get("min_relevance")
-    if mr is not None:
-        if isinstance(mr, bool) or not isinstance(mr, (int, float)) or not 0 <= float(mr) <= 1:
-            raise MemoryError("filter 'min_relevance' must be a number between 0 and 1")
-        mr = float(mr)
-    library = flags.pop("include_library")
-    filters = SearchFilters(sources=("memory", "library", "vault") if library else ("memory",), scopes=scopes,
-                            agents=strings("agent", "agents"), memory_types=strings("type", "types"),
-                            min_relevance=mr, **flags)
-    return filters, library
-
 
 def _log_access(conn: psycopg.Connection, viewer: Viewer, ids: list[int], action: str, query: str | None) -> None:
     if not ids:
@@ -392,13 +254,13 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
     the visibility clause is inside every lane's SQL."""
     from serving.search.engine import search
 
-    viewer = _require_identity(viewer)
+    viewer = require_identity(viewer)
     if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise MemoryError("top_k must be an integer between 1 and 100")
+        raise MemoryInputError("top_k must be an integer between 1 and 100")
     if not 1 <= top_k <= MAX_TOP_K:
-        raise MemoryError(f"top_k must be between 1 and {MAX_TOP_K}")
+        raise MemoryInputError(f"top_k must be between 1 and {MAX_TOP_K}")
     if not isinstance(query, str):
-        raise MemoryError("query must be a string")
+        raise MemoryInputError("query must be a string")
     filters, _library = parse_memory_filter(filter)
     filters = SearchFilters(**{**filters.__dict__, "viewer": viewer})
     try:
@@ -407,7 +269,7 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
     except MemoryError:
         raise
     except SearchError as exc:
-        raise MemoryError(str(exc)) from None
+        raise MemoryInputError(str(exc)) from None
     pids = [r.passage_id for r in resp.results]
     vis = visibility(viewer, "m")
     with conn.transaction():
@@ -447,7 +309,7 @@ def _not_found(ref: Any) -> MemoryNotFound:
 def _resolve(conn: psycopg.Connection, viewer: Viewer, ref: Any) -> tuple | None:
     vis = visibility(viewer, "m")
     if isinstance(ref, bool):
-        raise MemoryError("id must be a memory id (integer) or an artifact id (string)")
+        raise MemoryInputError("id must be a memory id (integer) or an artifact id (string)")
     if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit() and len(ref.strip()) < 19):
         q = sql.SQL("SELECT {cols}, m.content FROM memories m WHERE m.id = %(id)s AND {vis}").format(
             cols=_RECORD_SQL, vis=vis.clause)
@@ -461,21 +323,26 @@ def _resolve(conn: psycopg.Connection, viewer: Viewer, ref: Any) -> tuple | None
     return conn.execute(q, {**vis.params, "aid": aid}).fetchone()
 
 
+def _resolve_visible(conn: psycopg.Connection, viewer: Viewer, ref: Any) -> tuple[dict[str, Any], str]:
+    """The record `ref` names and its full content; not found when the viewer may not see it."""
+    row = _resolve(conn, viewer, ref)
+    if row is None:
+        raise _not_found(ref)
+    return _record(row[:-1]), row[-1]
+
+
 def get_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any) -> dict[str, Any]:
     """One record (full content) by memory id or artifact id, with its visible versions."""
-    viewer = _require_identity(viewer)
+    viewer = require_identity(viewer)
     with conn.transaction():
-        row = _resolve(conn, viewer, ref)
-        if row is None:
-            raise _not_found(ref)
-        rec = _record(row[:-1])
+        rec, content = _resolve_visible(conn, viewer, ref)
         vis = visibility(viewer, "m")
         versions = conn.execute(sql.SQL(
             "SELECT m.id, m.version, m.superseded, m.created_at FROM memories m WHERE m.agent = %(agent)s "
             "AND m.artifact_id = %(aid)s AND {vis} ORDER BY m.version").format(vis=vis.clause),
             {**vis.params, "agent": rec["agent"], "aid": rec["artifact_id"]}).fetchall()
         _log_access(conn, viewer, [rec["id"]], "get", None)
-    return {"id": rec["id"], "content": row[-1], "meta": _public_meta(rec),
+    return {"id": rec["id"], "content": content, "meta": _public_meta(rec),
             "access_count": rec["access_count"] + 1, "accessed_at": rec["accessed_at"],
             "versions": [{"id": v[0], "version": v[1], "superseded": v[2], "created_at": _iso(v[3])}
                          for v in versions]}
@@ -484,14 +351,11 @@ def get_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any) -> dic
 def forget_memory(conn: psycopg.Connection, viewer: Viewer | None, ref: Any, *, dry_run: bool = False) -> dict:
     """Delete an artifact (every version, its passages and access log) - only the author may.
     Returns exactly what was (or, with dry_run, would be) removed."""
-    viewer = _require_identity(viewer)
+    viewer = require_identity(viewer)
     with conn.transaction():
-        row = _resolve(conn, viewer, ref)
-        if row is None:
-            raise _not_found(ref)
-        rec = _record(row[:-1])
+        rec, _ = _resolve_visible(conn, viewer, ref)
         if rec["agent"] != viewer.agent:
-            raise MemoryError(f"memory {ref!r} was written by another agent; only its author may forget it")
+            raise MemoryInputError(f"memory {ref!r} was written by another agent; only its author may forget it")
         rows = conn.execute(
             "SELECT m.id, m.version, m.scope, m.superseded, "
             "(SELECT count(*) FROM passages p WHERE p.memory_id = m.id), "

@@ -11,7 +11,6 @@ repeated here: `passages_use_current_model` (embeddings) and `lexeme_df_fresh`
 (lexeme_df).
 """
 
-import os
 from typing import List
 
 import dagster as dg
@@ -21,9 +20,9 @@ from library_pipeline.eval.regression import CHECK_METRICS, load_query_set, scor
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.search import SearchConfig
 from serving.search.types import LANES, check_lanes
+from serving.settings import get_settings
 
 EMBEDDINGS = dg.AssetKey("embeddings")
-QUERY_SET_ENV = "LIBRARY_EVAL_QUERIES"
 
 
 class RetrievalCheckConfig(dg.Config):
@@ -46,7 +45,7 @@ def lanes_config(disable: List[str]) -> SearchConfig:
                             "against its stored thresholds, through serving.search.search.")
 def retrieval_quality(config: RetrievalCheckConfig, library_db: LibraryDatabase,
                       embedder: EmbedderResource) -> dg.AssetCheckResult:
-    qs = load_query_set(config.query_set or os.environ.get(QUERY_SET_ENV) or None)
+    qs = load_query_set(config.query_set or get_settings().eval_queries)
     db = library_db.get()
     with db.connect() as conn:
         result = score_query_set(conn, embedder.get(db), qs, config=lanes_config(config.disable_lanes),
@@ -89,7 +88,6 @@ def no_orphan_passages(library_db: LibraryDatabase) -> dg.AssetCheckResult:
 
 # -- memory search precision ------------------------------------------------------------
 
-MEMORY_SET_ENV = "LIBRARY_MEMORY_EVAL_SET"
 
 
 class MemoryPrecisionConfig(dg.Config):
@@ -110,7 +108,7 @@ def memory_search_precision(config: MemoryPrecisionConfig, library_db: LibraryDa
     base = library_db.get()
     with base.connect() as conn:
         model = load_active_embedder(conn, embedder.get)
-    result = run_memory_eval(base, model, config.memory_set or os.environ.get(MEMORY_SET_ENV) or None)
+    result = run_memory_eval(base, model, config.memory_set or get_settings().memory_eval_set)
     metadata = {m: dg.MetadataValue.float(v) for m, v in result.metrics.items()}
     metadata[f"threshold {CHECK_METRIC}"] = dg.MetadataValue.float(result.threshold)
     metadata["queries"] = len(result.per_query)

@@ -1,4 +1,5 @@
-"""Structure-aware chunking of extracted pages.
+"""Structure-aware chunking of extracted pages. (One responsibility at ~450 lines:
+the TOC detector and the prose window share the token budget and the heading runs.)
 
 - TOC-like pages in the front matter (the first max(20, 15 %) pages) are kept
   together as `kind="toc"` chunks instead of being cut by the prose window: the

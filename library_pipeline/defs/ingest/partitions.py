@@ -1,40 +1,21 @@
-"""Library files as dynamic partitions, with Dagster-safe keys.
-
-Dagster rejects partition keys containing `...` or control characters, and
-commas or brackets confuse range selection in the UI; real file names hold
-all of these. The key is therefore derived from the path (readable slug +
-hash of the exact relative path, so two names that slug alike stay apart)
-and the real path lives in `documents.path`.
-"""
+"""Library files as dynamic partitions: which files of the folder count, and their
+Dagster-safe keys (the key rule is library_pipeline.run_plan.partition_key_for)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import unicodedata
 from pathlib import Path
 
 import dagster as dg
 
+from library_pipeline.defs.ingest.extract.common import SUPPORTED_SUFFIXES
+from library_pipeline.run_plan import partition_key_for
+
+__all__ = ["SUPPORTED_SUFFIXES", "fs_path", "is_candidate", "library_files_partitions", "partition_key_for",
+           "scan_library"]
+
 library_files_partitions = dg.DynamicPartitionsDefinition(name="library_files")
-
-SUPPORTED_SUFFIXES = (".pdf", ".epub", ".txt", ".md")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._/-]+")
-_MAX_SLUG = 80
-
-
-def partition_key_for(relpath: str) -> str:
-    """Stable, Dagster-safe partition key for a path relative to the library root."""
-    digest = hashlib.sha1(relpath.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    ascii_name = unicodedata.normalize("NFKD", relpath).encode("ascii", "ignore").decode("ascii")
-    slug = _UNSAFE.sub("_", ascii_name)
-    slug = re.sub(r"\.{2,}", ".", slug)          # no '...' (nor '..')
-    slug = re.sub(r"_{2,}", "_", slug).strip("._/-") or "file"
-    if len(slug) > _MAX_SLUG:
-        slug = slug[-_MAX_SLUG:].lstrip("._/-")
-    return f"{slug}~{digest}"
-
 
 def is_candidate(path: Path) -> bool:
     name = path.name

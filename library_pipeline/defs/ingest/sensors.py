@@ -5,17 +5,13 @@ file the database already holds as ingested with the same size and mtime is
 known even with an empty cursor, so enabling the sensor on an ingested
 library requests nothing.
 
-Measured on the 2-core box (Dagster 1.13): one RunRequest per new file slows a tick
-super-linearly (~7.5 s per tick for 10k files), while one add request plus a
-few range requests keeps a tick at ~20 ms. New files therefore go out as
-contiguous ranges of at most RANGE_SIZE partitions (a range follows the order
-in which dynamic keys were added, and keys added in one request are
-contiguous); changed files, scattered in that order, go out one request each
-up to MAX_SINGLE_REQUESTS and otherwise as one range covering them.
+One add request plus a few range requests keeps a tick at ~20 ms on the 2-core box
+(library_pipeline.run_plan has the measurement): new files, added in one request and
+so contiguous in partition order, go out in ranges of at most RANGE_SIZE; changed
+files, scattered in that order, as `run_plan.plan_ranges` groups them.
 """
 
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -25,9 +21,9 @@ from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
 from library_pipeline.defs.ingest.store import mark_removed, register_files
 from library_pipeline.resources import LibraryDatabase
+from library_pipeline.run_plan import RANGE_SIZE, MAX_SINGLE_REQUESTS, chunked, plan_ranges, range_request
 
-RANGE_SIZE = 200
-MAX_SINGLE_REQUESTS = 25
+__all__ = ["MAX_SINGLE_REQUESTS", "RANGE_SIZE", "library_folder_sensor", "plan_runs", "range_request"]
 
 KNOWN_SQL = """
 SELECT path, size_bytes, mtime FROM documents
@@ -43,29 +39,9 @@ def fingerprint(path: Path) -> str:
     return f"{st.st_size}:{st.st_mtime:.6f}"
 
 
-def range_request(keys: list[str], reason: str) -> dg.RunRequest:
-    first, last = keys[0], keys[-1]
-    tag = hashlib.sha1("\n".join(keys).encode()).hexdigest()[:12]
-    if first == last:
-        return dg.RunRequest(run_key=f"{reason}:{first}:{tag}", partition_key=first)
-    return dg.RunRequest(
-        run_key=f"{reason}:{first}:{last}:{tag}",
-        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last,
-              "library/reason": reason},
-    )
-
-
 def plan_runs(new_keys: list[str], changed_keys: list[str], key_order: list[str]) -> list[dg.RunRequest]:
-    requests = [range_request(new_keys[i:i + RANGE_SIZE], "new") for i in range(0, len(new_keys), RANGE_SIZE)]
-    if len(changed_keys) <= MAX_SINGLE_REQUESTS:
-        requests += [range_request([k], "changed") for k in changed_keys]
-    else:
-        position = {k: i for i, k in enumerate(key_order)}
-        ordered = sorted(changed_keys, key=lambda k: position.get(k, 0))
-        # files in between are unchanged and skip in milliseconds (content hash)
-        span = key_order[position[ordered[0]]: position[ordered[-1]] + 1]
-        requests += [range_request(span[i:i + RANGE_SIZE], "changed") for i in range(0, len(span), RANGE_SIZE)]
-    return requests
+    return ([range_request(part, "new") for part in chunked(new_keys)]
+            + [range_request(part, "changed") for part in plan_ranges(changed_keys, key_order)])
 
 
 @dg.sensor(

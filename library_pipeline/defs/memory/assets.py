@@ -10,14 +10,17 @@ annotations at definition time.
 
 import datetime as dt
 import time
+from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
+import psycopg
 from pydantic import Field
 
-from library_pipeline.dagster_home import LANE_TAG
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.defs.memory import curation
 from library_pipeline.resources import LibraryDatabase
+from library_pipeline.run_plan import MAINTENANCE_LANE
 
 GROUP = "memory"
 
@@ -66,49 +69,45 @@ def _result(outcome: curation.Outcome, started: float, now: dt.datetime, conn) -
     return dg.MaterializeResult(metadata=metadata)
 
 
+def _curate(library_db: LibraryDatabase, memory_clock: MemoryClock,
+            step: Callable[[psycopg.Connection, dt.datetime], Any]) -> dg.MaterializeResult:
+    """One curation step in its own committed transaction, reported with the store's totals."""
+    started, now = time.perf_counter(), memory_clock.now()
+    with library_db.get().connect() as conn:
+        out = step(conn, now)
+        conn.commit()
+        return _result(out, started, now, conn)
+
+
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, description="Marks near-duplicate memories (cosine >= threshold, same scope) as "
                                         "duplicate_of the older record; merges meta, never deletes.")
 def memory_near_duplicates(config: NearDuplicateConfig, library_db: LibraryDatabase,
                            memory_clock: MemoryClock) -> dg.MaterializeResult:
-    started, now = time.perf_counter(), memory_clock.now()
-    with library_db.get().connect() as conn:
-        out = curation.near_duplicates(conn, config.threshold, full_rescan=config.full_rescan)
-        conn.commit()
-        return _result(out, started, now, conn)
+    return _curate(library_db, memory_clock, lambda conn, now: curation.near_duplicates(
+        conn, config.threshold, full_rescan=config.full_rescan))
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_near_duplicates],
           description="Relevance decay: -step per period without access; below the threshold -> archived.")
 def memory_decay(config: DecayConfig, library_db: LibraryDatabase, memory_clock: MemoryClock) -> dg.MaterializeResult:
-    started, now = time.perf_counter(), memory_clock.now()
-    with library_db.get().connect() as conn:
-        out = curation.decay(conn, now, period_days=config.period_days, step=config.step,
-                             archive_below=config.archive_below)
-        conn.commit()
-        return _result(out, started, now, conn)
+    return _curate(library_db, memory_clock, lambda conn, now: curation.decay(
+        conn, now, period_days=config.period_days, step=config.step, archive_below=config.archive_below))
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_decay],
           description="Promotion: records read often by several distinct agents -> scope global (with reason).")
 def memory_promotion(config: PromotionConfig, library_db: LibraryDatabase,
                      memory_clock: MemoryClock) -> dg.MaterializeResult:
-    started, now = time.perf_counter(), memory_clock.now()
-    with library_db.get().connect() as conn:
-        out = curation.promotion(conn, now, min_accesses=config.min_accesses, min_agents=config.min_agents,
-                                 window_days=config.window_days)
-        conn.commit()
-        return _result(out, started, now, conn)
+    return _curate(library_db, memory_clock, lambda conn, now: curation.promotion(
+        conn, now, min_accesses=config.min_accesses, min_agents=config.min_agents, window_days=config.window_days))
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_promotion],
           description="Retention: inactive self (90 d) and department (1 y) records -> cold tier; global never.")
 def memory_retention(config: RetentionConfig, library_db: LibraryDatabase,
                      memory_clock: MemoryClock) -> dg.MaterializeResult:
-    started, now = time.perf_counter(), memory_clock.now()
-    with library_db.get().connect() as conn:
-        out = curation.retention(conn, now, self_days=config.self_days, department_days=config.department_days)
-        conn.commit()
-        return _result(out, started, now, conn)
+    return _curate(library_db, memory_clock, lambda conn, now: curation.retention(
+        conn, now, self_days=config.self_days, department_days=config.department_days))
 
 
 @dg.asset_check(asset=memory_near_duplicates, blocking=False,
@@ -127,7 +126,7 @@ MEMORY_ASSETS = [memory_near_duplicates, memory_decay, memory_promotion, memory_
 
 # maintenance lane: the run queue caps it so upkeep never takes the slots ingestion needs
 memory_curation_job = dg.define_asset_job("memory_curation", selection=dg.AssetSelection.groups(GROUP),
-                                          tags={LANE_TAG: "maintenance"},
+                                          tags=MAINTENANCE_LANE,
                                           description="Daily memory curation: near-dup, decay, promotion, retention.")
 
 memory_daily_schedule = dg.ScheduleDefinition(name="memory_daily", job=memory_curation_job, cron_schedule="30 3 * * *",

@@ -1,36 +1,20 @@
-"""Operational definitions: run lanes and the weekly reconcile schedule.
-
-Run concurrency lives in the instance (DAGSTER_HOME/dagster.yaml, written by
-`library_pipeline.dagster_home`): the QueuedRunCoordinator caps all runs and
-each *lane* by the `library/lane` run tag. Jobs and run requests put
-themselves in a lane with the tags below, so a night of graph extraction can
-hold one slot and never the slots ingestion needs.
+"""Operational definitions: the weekly reconcile schedule, the re-embed migration and
+query-log retention. Their runs go in the maintenance lane (library_pipeline.run_plan).
 
 Exposes `defs`, merged into `library_pipeline.definitions`.
 """
 
 import dagster as dg
 
-from library_pipeline.dagster_home import LANE_TAG
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.defs.ingest.sensors import RANGE_SIZE, range_request
 from library_pipeline.defs.ops import reembed
-
-INGEST_LANE = {LANE_TAG: "ingest"}
-ENRICH_LANE = {LANE_TAG: "enrich"}            # RAPTOR summaries, knowledge graph
-MAINTENANCE_LANE = {LANE_TAG: "maintenance"}  # memory upkeep, reconcile, housekeeping
+from library_pipeline.run_plan import MAINTENANCE_LANE, chunked, range_request
 
 
 def reconcile_requests(keys: list[str]) -> list[dg.RunRequest]:
-    """Every file partition in contiguous ranges of RANGE_SIZE: one run per
-    range, never one per file (measured on the 2-core box: ~60-75 ms per extra
-    partition in a range against ~0.5-8 s per run)."""
-    requests = []
-    for i in range(0, len(keys), RANGE_SIZE):
-        request = range_request(keys[i:i + RANGE_SIZE], "reconcile")
-        requests.append(request.with_replaced_attrs(tags={**request.tags, **MAINTENANCE_LANE}))
-    return requests
+    """Every file partition in contiguous ranges: one run per range, never one per file."""
+    return [range_request(part, "reconcile", MAINTENANCE_LANE) for part in chunked(keys)]
 
 
 @dg.schedule(

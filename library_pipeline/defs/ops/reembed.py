@@ -11,14 +11,14 @@ import dagster as dg
 from pydantic import Field
 
 from library_pipeline import migrate
-from library_pipeline.dagster_home import LANE_TAG
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.resources import LibraryDatabase
+from library_pipeline.run_plan import MAINTENANCE_LANE
 from serving.search.health import prune_search_log
-from serving.settings import Settings
+from serving.settings import get_settings
 
 GROUP = "ops"
-MAINTENANCE = {LANE_TAG: "maintenance"}
+
 
 
 class ReembedConfig(dg.Config):
@@ -107,7 +107,7 @@ class QueryLogRetentionConfig(dg.Config):
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"},
           description="Query-log retention: deletes search_log rows older than LIBRARY_QUERY_LOG_DAYS.")
 def query_log_retention(config: QueryLogRetentionConfig, library_db: LibraryDatabase) -> dg.MaterializeResult:
-    days = config.days or Settings.from_env().query_log_days
+    days = config.days or get_settings().query_log_days
     started = time.perf_counter()
     with library_db.get().transaction() as conn:
         deleted = prune_search_log(conn, days)
@@ -116,9 +116,9 @@ def query_log_retention(config: QueryLogRetentionConfig, library_db: LibraryData
                                           "seconds": round(time.perf_counter() - started, 3)})
 
 
-reembed_job = dg.define_asset_job("reembed_migration_job", selection=[reembed_migration], tags=MAINTENANCE,
+reembed_job = dg.define_asset_job("reembed_migration_job", selection=[reembed_migration], tags=MAINTENANCE_LANE,
                                   description="Run (or resume) the recorded re-embed migration.")
-query_log_job = dg.define_asset_job("query_log_retention_job", selection=[query_log_retention], tags=MAINTENANCE)
+query_log_job = dg.define_asset_job("query_log_retention_job", selection=[query_log_retention], tags=MAINTENANCE_LANE)
 query_log_daily = dg.ScheduleDefinition(name="query_log_daily", job=query_log_job, cron_schedule="15 4 * * *",
                                         execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
                                         description="Daily query-log retention (LIBRARY_QUERY_LOG_DAYS).")

@@ -19,7 +19,6 @@ descends from the cursor, the tick diffs from there instead, so the same
 push is not indexed twice.
 """
 
-import hashlib
 import time
 
 import dagster as dg
@@ -28,6 +27,7 @@ from library_pipeline.defs.vault.assets import vault_job
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import LibraryDatabase
+from library_pipeline.run_plan import MAX_SINGLE_REQUESTS, digest, plan_ranges, range_tags
 from library_pipeline.vault.git import GitError
 from library_pipeline.vault.sync import (
     AppliedSync,
@@ -40,8 +40,6 @@ from library_pipeline.vault.sync import (
     synced_commit,
 )
 
-RANGE_SIZE = 200
-MAX_SINGLE_REQUESTS = 25
 # a failed sync is retried once its last run is this old: a broken embedder
 # must not turn the 30 s tick into a run storm
 RETRY_AFTER_S = 600.0
@@ -67,20 +65,17 @@ def plan_run_requests(applied: AppliedSync, commit: str, key_order: list[str]) -
     between changed ones ride along and skip on their unchanged blob). The run key
     names the sync, so a note changed again in a later push gets a new run."""
     tags = {"vault/sync": str(applied.sync_id), "vault/commit": commit}
-    keys = list(dict.fromkeys(applied.keys))
-    if len(keys) <= MAX_SINGLE_REQUESTS:
-        return [dg.RunRequest(run_key=f"vault:{applied.sync_id}:{k}", partition_key=k, tags=tags) for k in keys]
-    position = {k: i for i, k in enumerate(key_order)}
-    ordered = sorted(keys, key=lambda k: position[k])
-    span = key_order[position[ordered[0]]: position[ordered[-1]] + 1]
     requests = []
-    for i in range(0, len(span), RANGE_SIZE):
-        part = span[i:i + RANGE_SIZE]
-        digest = hashlib.sha1("\n".join(part).encode()).hexdigest()[:10]
-        requests.append(dg.RunRequest(
-            run_key=f"vault:{applied.sync_id}:{i}:{digest}",
-            tags={**tags, "dagster/asset_partition_range_start": part[0],
-                  "dagster/asset_partition_range_end": part[-1]}))
+    offset = 0
+    singles = len(set(applied.keys)) <= MAX_SINGLE_REQUESTS
+    for part in plan_ranges(applied.keys, key_order):
+        if singles:
+            requests.append(dg.RunRequest(run_key=f"vault:{applied.sync_id}:{part[0]}", partition_key=part[0],
+                                          tags=tags))
+        else:
+            requests.append(dg.RunRequest(run_key=f"vault:{applied.sync_id}:{offset}:{digest(part, 10)}",
+                                          tags={**tags, **range_tags(part)}))
+        offset += len(part)
     return requests
 
 

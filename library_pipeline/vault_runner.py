@@ -22,8 +22,9 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.vault.assets import vault_note_sections
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
-from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, contiguous_spans, refresh_lexeme_statistics
+from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_lexeme_statistics
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.run_plan import contiguous_spans, range_tags
 from library_pipeline.vault.sync import apply_plan, plan_sync, set_runs, synced_commit
 from serving.db import Database
 
@@ -65,8 +66,7 @@ def run_sync(db: Database, vault: VaultResource, *, full: bool = False, trigger:
         run_config = dict(QUIET_RUN_CONFIG)
         failed_runs = []
         for span in spans:
-            tags = {"dagster/asset_partition_range_start": span[0], "dagster/asset_partition_range_end": span[-1],
-                    "vault/sync": str(applied.sync_id), "vault/commit": plan.head, "library/reason": trigger}
+            tags = {**range_tags(span), "vault/sync": str(applied.sync_id), "vault/commit": plan.head, "library/reason": trigger}
             result = dg.materialize([vault_note_sections], instance=instance, resources=resources, tags=tags,
                                     run_config=run_config, raise_on_error=False)
             if not result.success:
