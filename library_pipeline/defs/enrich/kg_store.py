@@ -31,6 +31,8 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from library_pipeline.defs.enrich.extract import PassageGraph, extract_graphs
+from library_pipeline.defs.enrich.gender import GENDERED_FORMS, name_gender
+from library_pipeline.defs.enrich.gender import compatible as gender_compatible
 from library_pipeline.defs.ingest.store import StepResult, ingested_document
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
@@ -159,7 +161,9 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
                 for _, dist, entity_id in process.extract(key, {i: c[0] for i, c in choices.items()},
                                                            scorer=Levenshtein.distance, score_cutoff=limit,
                                                            limit=5):
-                    if _compatible(mine, choices[entity_id][1]):
+                    # "mr turner" and "mrs turner" are one edit apart and two people
+                    if _compatible(mine, choices[entity_id][1]) and gender_compatible(
+                            name_gender(key), name_gender(choices[entity_id][0])):
                         match = entity_id
                         break
             if match is not None:
@@ -211,11 +215,16 @@ def _ordered_part(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
 def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, list[str]]]:
     """Person names of one file (normalised name -> mentions in the file) ->
     ({name: the name it merges into}, {ambiguous name: candidate full names}).
-    Names with the same words (patronymic forms aside) merge into the most
-    mentioned one; a full name mentioned once does not compete with one
-    mentioned five times or more (a tagger's one-off like "Holmes Watson")."""
-    # initials do not make a name longer: «а и швабрин» is «швабрин»
-    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1) or (n,) for n in names}
+    Names with the same words (patronymic forms and forms of address aside) merge
+    into the most mentioned one; a full name mentioned once does not compete with
+    one mentioned five times or more (a tagger's one-off like "Holmes Watson").
+    A name never merges into one of the other gender ("Miss Turner" is not "John
+    Turner"; see gender.py for where gender comes from)."""
+    gender = {n: name_gender(n) for n in names}
+    # initials and gendered forms of address do not make a name longer:
+    # «а и швабрин» is «швабрин», "mr sherlock holmes" is "sherlock holmes"
+    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1 and w not in GENDERED_FORMS) or (n,)
+            for n in names}
     # a lone Russian surname in an oblique case the lemmatiser did not know («Швабрина»,
     # 34 mentions beside «Швабрин», 68) is the name said at least as often without the
     # ending; only lone names: inside a full name («Марья Миронова») the ending is hers
@@ -227,16 +236,18 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
                 keys[n] = keys[stem]
     merges: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
-    canonical: dict[tuple[str, ...], str] = {}
+    # same words, same gender (or none told): one class, named by its most mentioned name
+    canonical: dict[tuple, str] = {}
     for n in sorted(names, key=lambda n: (-names[n], n)):
-        canonical.setdefault(keys[n], n)
+        canonical.setdefault((keys[n], gender[n]), n)
     for n in names:
-        if canonical[keys[n]] != n:
-            merges[n] = canonical[keys[n]]
-    heads = [n for n in canonical.values()]
+        if canonical[(keys[n], gender[n])] != n:
+            merges[n] = canonical[(keys[n], gender[n])]
+    heads = list(canonical.values())
     for n in heads:
         # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
-        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()]
+        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()
+                  and gender_compatible(gender[n], gender[m])]
         if not longer:
             continue
         maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
@@ -251,15 +262,50 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         # Rucastle" (1 mention) took "Rucastle" (30), her father
         elif names[maximal[0]] > 1 or names[n] < 5:
             merges[n] = maximal[0]
-    for n, target in list(merges.items()):   # follow chains: a -> b -> c
+
+    def final(n: str) -> str:
         seen = {n}
-        while target in merges and target not in seen:
-            seen.add(target)
-            target = merges[target]
-        merges[n] = target
+        while n in merges and merges[n] not in seen:
+            n = merges[n]
+            seen.add(n)
+        return n
+
+    # a gendered name left on its own ("Mrs. Hudson") joins the same words said without
+    # a form ("Hudson") when that name ends with no person of the other gender and the
+    # words are said with one gender only in this file
+    for n in heads:
+        if n in merges or n in ambiguous or gender[n] is None:
+            continue
+        plain = canonical.get((keys[n], None))
+        told = {gender[m] for m in names if keys[m] == keys[n]} - {None}
+        if plain is None or plain in ambiguous or len(told) > 1:
+            continue
+        end = final(plain)
+        if end != n and gender_compatible(gender[n], _class_gender(end, merges, gender, final)):
+            merges[n] = plain
+    for n in list(merges):
+        merges[n] = final(n)
     for n in ambiguous:
         merges.pop(n, None)
+    # last guard: no entity ends with names of both genders; a target that tells none
+    # takes the gender said most often of the names merged into it
+    said: dict[str, Counter] = defaultdict(Counter)
+    for n, target in merges.items():
+        if gender[n] is not None:
+            said[target][gender[n]] += names[n]
+    for n, target in list(merges.items()):
+        told = gender[target] or (max(sorted(said[target]), key=lambda g: said[target][g]) if said[target] else None)
+        if not gender_compatible(gender[n], told):
+            merges.pop(n)
     return merges, ambiguous
+
+
+def _class_gender(target: str, merges: dict[str, str], gender: dict[str, str | None], final) -> str | None:
+    """The gender of a merge target: its own, else the one gender of the names merged into it."""
+    if gender[target] is not None:
+        return gender[target]
+    told = {gender[n] for n in merges if final(n) == target} - {None}
+    return told.pop() if len(told) == 1 else None
 
 
 def resolve_within_file(conn, document_id: int) -> tuple[int, int]:
