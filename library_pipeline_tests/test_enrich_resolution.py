@@ -154,13 +154,14 @@ def test_plan_of_merges_rules():
         "андрей петрович гринев": 2, "гринев": 19,     # father and son share the surname
         "швабрин": 64, "швабрина": 32, "а и швабрин": 1,  # oblique case; initials
         "alice": 387, "alice s right foot": 1,          # a possessive phrase is no name
+        "пугачев": 156, "емельян пугачев": 2, "емелька пугачев": 1,  # rare variants make no rivals
     })
     assert merges["holmes"] == "sherlock holmes"
     assert merges["петр андреич"] == "петр андреевич гринев"
     assert merges["швабрина"] == "швабрин" and merges["а и швабрин"] == "швабрин"
     assert ambiguous["mccarthy"] == ["james mccarthy", "charles mccarthy"]
     assert set(ambiguous["гринев"]) == {"петр андреевич гринев", "андрей петрович гринев"}
-    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy"):
+    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy", "пугачев", "емельян пугачев"):
         assert kept not in merges and kept not in ambiguous
 
 

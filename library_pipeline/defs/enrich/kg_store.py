@@ -192,6 +192,10 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
 # father) is ambiguous: its mentions in this file are dropped rather than given
 # to either man, and a lookup of it answers with the candidates.
 
+# a short name said this many times as often as all the full names it could extend
+# together is not made ambiguous by them ("McCarthy" 30 beside James 6 and Charles 1
+# is; «Гринёв» 19 beside the father's and the son's full names, 2 and 3, is)
+RARE_FULL_NAMES = 20
 _PATRONYMIC = re.compile(r"(?:ович|евич|ич|ыч)$")
 
 
@@ -256,6 +260,12 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts
         top = max(names[m] for m in maximal)
         maximal = [m for m in maximal if names[m] * 8 >= top]
+        if len(maximal) > 1 and names[n] >= RARE_FULL_NAMES * sum(names[m] for m in maximal):
+            # full names this rare beside the short one are variants said in passing, not
+            # rivals: «Пугачёв» (156 mentions in «Капитанская дочка») beside «Емельян
+            # Пугачёв» (2) and «Емелька Пугачёв» (1) was dropped as ambiguous. The short
+            # name stays an entity of its own; the full names keep theirs.
+            continue
         if len(maximal) > 1:
             ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
         # a full name said once never absorbs a name said five times or more: "Alice
