@@ -183,6 +183,12 @@ def test_plan_of_merges_never_joins_a_woman_and_a_man():
     assert merges["st clair"] == "neville st clair" and "mrs st clair" not in merges
     assert merges["иван"] == "иван кузмич"
     assert not ambiguous
+    # the plain surname shared by a father and a daughter: the form picks the daughter
+    merges, ambiguous = plan_file_merges({"turner": 5, "miss turner": 3, "john turner": 4, "alice turner": 4,
+                                          "stoner": 5, "miss stoner": 3, "helen stoner": 4, "julia stoner": 4})
+    assert merges == {"miss turner": "alice turner"}
+    assert ambiguous["turner"] == ["alice turner", "john turner"]
+    assert ambiguous["miss stoner"] == ["helen stoner", "julia stoner"]   # two sisters: still ambiguous
 
 
 @pytest.mark.parametrize("raw, name", [

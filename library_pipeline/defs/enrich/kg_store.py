@@ -248,6 +248,18 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         if canonical[(keys[n], gender[n])] != n:
             merges[n] = canonical[(keys[n], gender[n])]
     heads = list(canonical.values())
+    # a gendered name ("Mrs. Hudson", "Mr. Sherlock Holmes") joins the same words said
+    # without a form when the file says those words with one gender only; where that
+    # name then goes is checked by the guard below ("Miss Turner" stays out of "John
+    # Turner" even though "Turner" is his)
+    for n in heads:
+        if gender[n] is None:
+            continue
+        plain = canonical.get((keys[n], None))
+        told = {gender[m] for m in names if keys[m] == keys[n]} - {None}
+        if plain is not None and len(told) == 1:
+            merges[n] = plain
+    heads = [n for n in heads if n not in merges]
     for n in heads:
         # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
         longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()
@@ -280,23 +292,20 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
             seen.add(n)
         return n
 
-    # a gendered name left on its own ("Mrs. Hudson") joins the same words said without
-    # a form ("Hudson") when that name ends with no person of the other gender and the
-    # words are said with one gender only in this file
-    for n in heads:
-        if n in merges or n in ambiguous or gender[n] is None:
-            continue
-        plain = canonical.get((keys[n], None))
-        told = {gender[m] for m in names if keys[m] == keys[n]} - {None}
-        if plain is None or plain in ambiguous or len(told) > 1:
-            continue
-        end = final(plain)
-        if end != n and gender_compatible(gender[n], _class_gender(end, merges, gender, final)):
-            merges[n] = plain
     for n in list(merges):
         merges[n] = final(n)
     for n in ambiguous:
         merges.pop(n, None)
+    for n, target in list(merges.items()):
+        # the plain name is ambiguous (its mentions are dropped): a gendered name that
+        # joined it picks the one full name of its gender, or is ambiguous among them
+        if target in ambiguous:
+            merges.pop(n)
+            fits = [m for m in ambiguous[target] if gender_compatible(gender[n], gender[m])]
+            if len(fits) == 1:
+                merges[n] = fits[0]
+            elif fits:
+                ambiguous[n] = fits
     # last guard: no entity ends with names of both genders; a target that tells none
     # takes the gender said most often of the names merged into it
     said: dict[str, Counter] = defaultdict(Counter)
@@ -308,14 +317,6 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         if not gender_compatible(gender[n], told):
             merges.pop(n)
     return merges, ambiguous
-
-
-def _class_gender(target: str, merges: dict[str, str], gender: dict[str, str | None], final) -> str | None:
-    """The gender of a merge target: its own, else the one gender of the names merged into it."""
-    if gender[target] is not None:
-        return gender[target]
-    told = {gender[n] for n in merges if final(n) == target} - {None}
-    return told.pop() if len(told) == 1 else None
 
 
 def resolve_within_file(conn, document_id: int) -> tuple[int, int]:
