@@ -116,9 +116,11 @@ def tidy_person(name: str) -> str | None:
 
 def person_name(text: str) -> str | None:
     """The person name of a span with a form of address, else None: a form of address
-    marks a person whatever label the tagger gave the span. A form without gender goes
-    ("Colonel Lysander Stark" -> "Lysander Stark"); a gendered one stays, for
-    resolution to read ("Miss Turner", his daughter, is not "John Turner")."""
+    marks a person whatever label the tagger gave the span. The form goes ("Colonel
+    Lysander Stark" -> "Lysander Stark", "Mr. Sherlock Holmes" -> "Sherlock Holmes")
+    except a gendered form before a surname alone, which stays for resolution to read:
+    "Miss Turner" (his daughter) is not "John Turner", "Lady St. Simon" is not "Lord
+    St. Simon"."""
     found = HONORIFIC.match(text)
     if not found:
         return None
@@ -126,7 +128,12 @@ def person_name(text: str) -> str | None:
     if not rest or not rest[:1].isupper():
         return None
     form = found.group(0).strip()
-    return f"{form} {rest}" if form_gender(form) else rest
+    surname_alone = len([w for w in rest.split() if w.lower().rstrip(".") not in _SURNAME_PARTICLES]) == 1
+    return f"{form} {rest}" if form_gender(form) and surname_alone else rest
+
+
+# words that belong to a surname rather than make a second name ("St. Simon", "de Vere")
+_SURNAME_PARTICLES = {"st", "de", "von", "van", "der", "du", "la", "le", "di", "da"}
 
 
 # -- English (spaCy) -------------------------------------------------------------------
