@@ -44,6 +44,17 @@ Her sister, Julia Stoner, had died two years before. Julia Stoner was to have be
 Helen Stoner said the house was old. Julia Stoner had heard a whistle in the night. Stoner wept.
 """
 
+# a daughter named by her form of address beside her father's full name: the form
+# carries her gender, so "Miss Turner" is not John Turner (whom "Turner" alone names)
+TURNERS = """\
+John Turner was the largest landowner in the district. John Turner lived at the Hall with his only daughter.
+
+"Miss Turner, you must not be afraid," said the inspector. Miss Turner answered bravely. Turner was too ill to come.
+
+"I knew him in Australia," said Turner. Miss Turner loved young James. John Turner would not allow the match.
+"Never," said Turner. Miss Turner wept. Miss Turner went home.
+"""
+
 
 @pytest.fixture(scope="module")
 def library(server_db, tmp_path_factory, instance):
@@ -52,9 +63,10 @@ def library(server_db, tmp_path_factory, instance):
     root = tmp_path_factory.mktemp("resolution") / "library"
     write(root / "frankenstein.txt", FRANKENSTEIN)
     write(root / "stoner.txt", STONERS)
+    write(root / "turner.txt", TURNERS)
     db = new_database(server_db, root)
     assert ingest(db, instance)["failed"] == 0
-    db.keys = partition_keys(db, ["frankenstein.txt", "stoner.txt"])
+    db.keys = partition_keys(db, ["frankenstein.txt", "stoner.txt", "turner.txt"])
     return db
 
 
@@ -63,9 +75,9 @@ def test_graph_tools_say_what_is_pending_before_extraction(library):
         before = graph.entity(conn, "Victor Frankenstein")
         stats = graph.stats(conn)
     assert before["found"] is False
-    assert before["coverage"] == {**before["coverage"], "files_extracted": 0, "files_ingested": 2, "files_pending": 2}
-    assert "0 of 2 files extracted so far" in before["note"] and "pending" in before["note"]
-    assert stats["files_pending"] == 2 and "pending" in stats["note"]
+    assert before["coverage"] == {**before["coverage"], "files_extracted": 0, "files_ingested": 3, "files_pending": 3}
+    assert "0 of 3 files extracted so far" in before["note"] and "pending" in before["note"]
+    assert stats["files_pending"] == 3 and "pending" in stats["note"]
 
     lib = Library(library.settings)
 
@@ -78,7 +90,7 @@ def test_graph_tools_say_what_is_pending_before_extraction(library):
         over_mcp = asyncio.run(run())
     finally:
         lib.close()
-    assert over_mcp["found"] is False and over_mcp["coverage"]["files_pending"] == 2
+    assert over_mcp["found"] is False and over_mcp["coverage"]["files_pending"] == 3
     assert "pending" in over_mcp["note"]
 
 
@@ -107,7 +119,7 @@ def test_short_names_merge_into_the_one_full_name_of_the_file(extracted):
     # a form of address does not split a person
     assert hyde["found"] and hyde["name"] == "Edward Hyde" and "Hyde" in hyde["aliases"]
     assert victor["coverage"]["files_pending"] == 0 and "note" not in victor["coverage"]
-    assert stats["files_extracted"] == 2
+    assert stats["files_extracted"] == 3
 
 
 def test_a_name_shared_by_two_full_names_stays_ambiguous(extracted):
@@ -119,6 +131,18 @@ def test_a_name_shared_by_two_full_names_stays_ambiguous(extracted):
     assert {c["name"] for c in stoner["candidates"]} == {"Helen Stoner", "Julia Stoner"}
     assert helen["found"] and julia["found"] and helen["id"] != julia["id"]
     assert "Stoner" not in helen["aliases"] + julia["aliases"]
+    assert "Miss Stoner" not in helen["aliases"] + julia["aliases"]
+
+
+def test_a_form_of_address_keeps_a_woman_apart_from_a_man_of_her_surname(extracted):
+    with extracted.connect() as conn:
+        father = graph.entity(conn, "John Turner")
+        daughter = graph.entity(conn, "Miss Turner")
+        by_surname = graph.entity(conn, "Turner")
+    assert father["found"] and "Turner" in father["aliases"]
+    assert "Miss Turner" not in father["aliases"]
+    assert daughter["found"] and daughter["id"] != father["id"] and daughter["type"] == "person"
+    assert by_surname["found"] and by_surname["id"] == father["id"]
 
 
 def test_plan_of_merges_rules():
@@ -130,19 +154,46 @@ def test_plan_of_merges_rules():
         "андрей петрович гринев": 2, "гринев": 19,     # father and son share the surname
         "швабрин": 64, "швабрина": 32, "а и швабрин": 1,  # oblique case; initials
         "alice": 387, "alice s right foot": 1,          # a possessive phrase is no name
+        "пугачев": 156, "емельян пугачев": 2, "емелька пугачев": 1,  # rare variants make no rivals
     })
     assert merges["holmes"] == "sherlock holmes"
     assert merges["петр андреич"] == "петр андреевич гринев"
     assert merges["швабрина"] == "швабрин" and merges["а и швабрин"] == "швабрин"
     assert ambiguous["mccarthy"] == ["james mccarthy", "charles mccarthy"]
     assert set(ambiguous["гринев"]) == {"петр андреевич гринев", "андрей петрович гринев"}
-    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy"):
+    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy", "пугачев", "емельян пугачев"):
         assert kept not in merges and kept not in ambiguous
+
+
+def test_plan_of_merges_never_joins_a_woman_and_a_man():
+    merges, ambiguous = plan_file_merges({
+        "turner": 40, "john turner": 10, "miss turner": 12,      # his daughter
+        "mr holmes": 30, "holmes": 436, "sherlock holmes": 20,    # a male form into an unknown first name
+        "mr rucastle": 20, "alice rucastle": 3,                  # a male form never into a woman's name
+        "mrs hudson": 9, "hudson": 2,                            # one gender only: the form joins the name
+        "miss irene adler": 2, "irene adler": 9, "irene": 4,
+        "mrs st clair": 6, "neville st clair": 5, "st clair": 7,  # the wife is not the husband
+        "марья ивановна": 80, "маша": 10, "иван кузмич": 40, "иван": 3,
+    })
+    assert merges["turner"] == "john turner" and "miss turner" not in merges
+    assert merges["mr holmes"] == "sherlock holmes" and merges["holmes"] == "sherlock holmes"
+    assert "mr rucastle" not in merges
+    assert merges["mrs hudson"] == "hudson"
+    assert merges["miss irene adler"] == "irene adler" and merges["irene"] == "irene adler"
+    assert merges["st clair"] == "neville st clair" and "mrs st clair" not in merges
+    assert merges["иван"] == "иван кузмич"
+    assert not ambiguous
+    # the plain surname shared by a father and a daughter: the form picks the daughter
+    merges, ambiguous = plan_file_merges({"turner": 5, "miss turner": 3, "john turner": 4, "alice turner": 4,
+                                          "stoner": 5, "miss stoner": 3, "helen stoner": 4, "julia stoner": 4})
+    assert merges == {"miss turner": "alice turner"}
+    assert ambiguous["turner"] == ["alice turner", "john turner"]
+    assert ambiguous["miss stoner"] == ["helen stoner", "julia stoner"]   # two sisters: still ambiguous
 
 
 @pytest.mark.parametrize("raw, name", [
     ("Ah, Watson", "Watson"), ("This John Openshaw", "John Openshaw"), ("Colonel Lysander Stark", "Lysander Stark"),
-    ("Mr. Sherlock Holmes", "Sherlock Holmes"), ("Марья-то Ивановна", "Марья Ивановна"), ("Пугачёв-то", "Пугачёв"),
+    ("Mr. Sherlock Holmes", "Sherlock Holmes"), ("Miss Turner", "Miss Turner"), ("Lady St. Simon", "Lady St. Simon"), ("Марья-то Ивановна", "Марья Ивановна"), ("Пугачёв-то", "Пугачёв"),
     ("А Марья Ивановна", "Марья Ивановна"), ("А. И. Швабрин", "А. И. Швабрин"), ("Alice and", "Alice"),
     ("King of Bohemia", "King of Bohemia"),
 ])

@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from library_pipeline.defs.enrich.gender import form_gender
 from serving.generation import GenerationError, TextGenerator
 from serving.ontology import ENTITY_TYPES, FORM_OF_ADDRESS, RELATION_TYPES, relation_type
 
@@ -114,13 +115,25 @@ def tidy_person(name: str) -> str | None:
 
 
 def person_name(text: str) -> str | None:
-    """`text` without its form of address when it has one ("Mr. Sherlock Holmes" ->
-    "Sherlock Holmes"), else None: a form of address marks a person whatever label
-    the tagger gave the span."""
-    if not HONORIFIC.match(text):
+    """The person name of a span with a form of address, else None: a form of address
+    marks a person whatever label the tagger gave the span. The form goes ("Colonel
+    Lysander Stark" -> "Lysander Stark", "Mr. Sherlock Holmes" -> "Sherlock Holmes")
+    except a gendered form before a surname alone, which stays for resolution to read:
+    "Miss Turner" (his daughter) is not "John Turner", "Lady St. Simon" is not "Lord
+    St. Simon"."""
+    found = HONORIFIC.match(text)
+    if not found:
         return None
-    rest = clean_name(HONORIFIC.sub("", text, count=1))
-    return rest if rest and rest[:1].isupper() else None
+    rest = clean_name(text[found.end():])
+    if not rest or not rest[:1].isupper():
+        return None
+    form = found.group(0).strip()
+    surname_alone = len([w for w in rest.split() if w.lower().rstrip(".") not in _SURNAME_PARTICLES]) == 1
+    return f"{form} {rest}" if form_gender(form) and surname_alone else rest
+
+
+# words that belong to a surname rather than make a second name ("St. Simon", "de Vere")
+_SURNAME_PARTICLES = {"st", "de", "von", "van", "der", "du", "la", "le", "di", "da"}
 
 
 # -- English (spaCy) -------------------------------------------------------------------
@@ -176,6 +189,58 @@ def _without_leading_function_words(span) -> str:
     return span.doc.text[tokens[0].idx: tokens[-1].idx + len(tokens[-1].text)]
 
 
+def _is_form(token) -> bool:
+    return bool(HONORIFIC.match(token.text + " X")) and token.text[:1].isupper()
+
+
+def _form_before(span) -> str | None:
+    """The form of address just before a span the tagger cut without it: "Lord" in
+    "Lord [St. Simon]", "Miss" in "Miss [Turner]"."""
+    doc, i = span.doc, span.start - 1
+    if i >= 0 and doc[i].text == "." and i >= 1 and _is_form(doc[i - 1]):
+        return doc[i - 1].text + "."
+    if i >= 0 and _is_form(doc[i]):
+        return doc[i].text
+    return None
+
+
+_PARTICLES_IN_NAMES = {"de", "von", "van", "der", "du", "la", "le", "of"}
+
+
+def _addressed_spans(sent, spans) -> list:
+    """Persons the tagger missed, found by their form of address: a form followed by
+    capitalised words ("Mr. Holder", "Lord St. Simon", "Colonel Stark"). Most of the
+    Holmes stories' missed people were mostly said this way, untagged or tagged as
+    places and organisations without the form."""
+    from spacy.tokens import Span
+
+    taken = {t for span in spans for t in range(span.start, span.end)}
+    found = []
+    tokens = list(sent)
+    k = 0
+    while k < len(tokens):
+        token = tokens[k]
+        if not _is_form(token) or token.i in taken:
+            k += 1
+            continue
+        j = k + 1
+        if j < len(tokens) and tokens[j].text == ".":
+            j += 1
+        end = j
+        while end < len(tokens) and end - j < 5 and (
+                (tokens[end].text[:1].isupper() and tokens[end].text.rstrip(".").isalpha()
+                 and not _is_form(tokens[end]))
+                or (tokens[end].lower_ in _PARTICLES_IN_NAMES and end > j and end + 1 < len(tokens)
+                    and tokens[end + 1].text[:1].isupper())):
+            end += 1
+        while end > j and tokens[end - 1].lower_ in _PARTICLES_IN_NAMES:
+            end -= 1
+        if end > j and not any(t.i in taken for t in tokens[j:end]):
+            found.append(Span(sent.doc, token.i, tokens[end - 1].i + 1, label="PERSON"))
+        k = max(end, k + 1)
+    return found
+
+
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
     nlp = spacy_model()
     out = []
@@ -183,9 +248,13 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
         graph = PassageGraph()
         for sent in doc.sents:
             spans = [e for e in sent.ents if e.label_ not in SKIP_LABELS]
+            spans = sorted(spans + _addressed_spans(sent, spans), key=lambda s: s.start)
             named: list[tuple[object, str, str]] = []
             for span in spans:
                 name, label = clean_name(_without_leading_function_words(span)), span.label_
+                form = _form_before(span) if name else None
+                if form and not HONORIFIC.match(name):
+                    name = f"{form} {name}"
                 addressed = person_name(name) if name else None
                 if addressed:
                     name, label = addressed, "PERSON"

@@ -31,6 +31,8 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from library_pipeline.defs.enrich.extract import PassageGraph, extract_graphs
+from library_pipeline.defs.enrich.gender import GENDERED_FORMS, name_gender
+from library_pipeline.defs.enrich.gender import compatible as gender_compatible
 from library_pipeline.defs.ingest.store import StepResult, ingested_document
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
@@ -159,7 +161,9 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
                 for _, dist, entity_id in process.extract(key, {i: c[0] for i, c in choices.items()},
                                                            scorer=Levenshtein.distance, score_cutoff=limit,
                                                            limit=5):
-                    if _compatible(mine, choices[entity_id][1]):
+                    # "mr turner" and "mrs turner" are one edit apart and two people
+                    if _compatible(mine, choices[entity_id][1]) and gender_compatible(
+                            name_gender(key), name_gender(choices[entity_id][0])):
                         match = entity_id
                         break
             if match is not None:
@@ -188,6 +192,10 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
 # father) is ambiguous: its mentions in this file are dropped rather than given
 # to either man, and a lookup of it answers with the candidates.
 
+# a short name said this many times as often as all the full names it could extend
+# together is not made ambiguous by them ("McCarthy" 30 beside James 6 and Charles 1
+# is; «Гринёв» 19 beside the father's and the son's full names, 2 and 3, is)
+RARE_FULL_NAMES = 20
 _PATRONYMIC = re.compile(r"(?:ович|евич|ич|ыч)$")
 
 
@@ -211,11 +219,16 @@ def _ordered_part(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
 def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, list[str]]]:
     """Person names of one file (normalised name -> mentions in the file) ->
     ({name: the name it merges into}, {ambiguous name: candidate full names}).
-    Names with the same words (patronymic forms aside) merge into the most
-    mentioned one; a full name mentioned once does not compete with one
-    mentioned five times or more (a tagger's one-off like "Holmes Watson")."""
-    # initials do not make a name longer: «а и швабрин» is «швабрин»
-    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1) or (n,) for n in names}
+    Names with the same words (patronymic forms and forms of address aside) merge
+    into the most mentioned one; a full name mentioned once does not compete with
+    one mentioned five times or more (a tagger's one-off like "Holmes Watson").
+    A name never merges into one of the other gender ("Miss Turner" is not "John
+    Turner"; see gender.py for where gender comes from)."""
+    gender = {n: name_gender(n) for n in names}
+    # initials and gendered forms of address do not make a name longer:
+    # «а и швабрин» is «швабрин», "mr sherlock holmes" is "sherlock holmes"
+    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1 and w not in GENDERED_FORMS) or (n,)
+            for n in names}
     # a lone Russian surname in an oblique case the lemmatiser did not know («Швабрина»,
     # 34 mentions beside «Швабрин», 68) is the name said at least as often without the
     # ending; only lone names: inside a full name («Марья Миронова») the ending is hers
@@ -227,16 +240,30 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
                 keys[n] = keys[stem]
     merges: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
-    canonical: dict[tuple[str, ...], str] = {}
+    # same words, same gender (or none told): one class, named by its most mentioned name
+    canonical: dict[tuple, str] = {}
     for n in sorted(names, key=lambda n: (-names[n], n)):
-        canonical.setdefault(keys[n], n)
+        canonical.setdefault((keys[n], gender[n]), n)
     for n in names:
-        if canonical[keys[n]] != n:
-            merges[n] = canonical[keys[n]]
-    heads = [n for n in canonical.values()]
+        if canonical[(keys[n], gender[n])] != n:
+            merges[n] = canonical[(keys[n], gender[n])]
+    heads = list(canonical.values())
+    # a gendered name ("Mrs. Hudson", "Mr. Sherlock Holmes") joins the same words said
+    # without a form when the file says those words with one gender only; where that
+    # name then goes is checked by the guard below ("Miss Turner" stays out of "John
+    # Turner" even though "Turner" is his)
+    for n in heads:
+        if gender[n] is None:
+            continue
+        plain = canonical.get((keys[n], None))
+        told = {gender[m] for m in names if keys[m] == keys[n]} - {None}
+        if plain is not None and len(told) == 1:
+            merges[n] = plain
+    heads = [n for n in heads if n not in merges]
     for n in heads:
         # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
-        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()]
+        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()
+                  and gender_compatible(gender[n], gender[m])]
         if not longer:
             continue
         maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
@@ -245,20 +272,50 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts
         top = max(names[m] for m in maximal)
         maximal = [m for m in maximal if names[m] * 8 >= top]
+        if len(maximal) > 1 and names[n] >= RARE_FULL_NAMES * sum(names[m] for m in maximal):
+            # full names this rare beside the short one are variants said in passing, not
+            # rivals: «Пугачёв» (156 mentions in «Капитанская дочка») beside «Емельян
+            # Пугачёв» (2) and «Емелька Пугачёв» (1) was dropped as ambiguous. The short
+            # name stays an entity of its own; the full names keep theirs.
+            continue
         if len(maximal) > 1:
             ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
         # a full name said once never absorbs a name said five times or more: "Alice
         # Rucastle" (1 mention) took "Rucastle" (30), her father
         elif names[maximal[0]] > 1 or names[n] < 5:
             merges[n] = maximal[0]
-    for n, target in list(merges.items()):   # follow chains: a -> b -> c
+
+    def final(n: str) -> str:
         seen = {n}
-        while target in merges and target not in seen:
-            seen.add(target)
-            target = merges[target]
-        merges[n] = target
+        while n in merges and merges[n] not in seen:
+            n = merges[n]
+            seen.add(n)
+        return n
+
+    for n in list(merges):
+        merges[n] = final(n)
     for n in ambiguous:
         merges.pop(n, None)
+    for n, target in list(merges.items()):
+        # the plain name is ambiguous (its mentions are dropped): a gendered name that
+        # joined it picks the one full name of its gender, or is ambiguous among them
+        if target in ambiguous:
+            merges.pop(n)
+            fits = [m for m in ambiguous[target] if gender_compatible(gender[n], gender[m])]
+            if len(fits) == 1:
+                merges[n] = fits[0]
+            elif fits:
+                ambiguous[n] = fits
+    # last guard: no entity ends with names of both genders; a target that tells none
+    # takes the gender said most often of the names merged into it
+    said: dict[str, Counter] = defaultdict(Counter)
+    for n, target in merges.items():
+        if gender[n] is not None:
+            said[target][gender[n]] += names[n]
+    for n, target in list(merges.items()):
+        told = gender[target] or (max(sorted(said[target]), key=lambda g: said[target][g]) if said[target] else None)
+        if not gender_compatible(gender[n], told):
+            merges.pop(n)
     return merges, ambiguous
 
 
