@@ -142,29 +142,6 @@ def test_filters_still_return_their_full_k(manual, embedder):
     assert not {r.passage_id for r in gone.results} & set(others)
 
 
-def test_a_bounded_filtered_walk_that_comes_up_short_reads_every_posting(manual, embedder, monkeypatch):
-    """A filtered walk reads at most FILTERED_READS postings; when the filter passes
-    none of the best rows it reads them all rather than return fewer than k."""
-    from serving.search import keyword
-
-    conn, _, _ = manual
-    # long memory passages: the lowest impact rows of "pump", below every manual row
-    memories = [add_passage(conn, None, "pump " + "notes about maintenance schedules and spare parts " * 4
-                            + f"entry {i}", source="memory") for i in range(6)]
-    conn.commit()
-    refresh_lexeme_df(conn)
-    monkeypatch.setattr(keyword, "FILTERED_READS", 3)
-    monkeypatch.setattr(keyword, "FILTERED_POSTINGS", 1)
-    tight = SearchConfig.only("keyword", summaries=False, log_queries=False, keyword_depth=5)
-    response = ranked(conn, embedder, "pump", config=tight, top_k=5, filters={"source": "memory"})
-    assert len(response.results) == 5 and {r.passage_id for r in response.results} <= set(memories)
-    bounded = conn.execute(
-        "SELECT count(*) FROM (SELECT passage_id FROM postings WHERE lexeme = 'pump' "
-        "ORDER BY impact DESC LIMIT 5) top JOIN passages p ON p.id = top.passage_id WHERE p.source = 'memory'"
-    ).fetchone()[0]
-    assert bounded == 0   # the first rows read held no memory: the full walk found them
-
-
 def test_postings_follow_every_write(manual, embedder):
     conn, doc, ids = manual
     assert postings_match_tsvectors(conn)

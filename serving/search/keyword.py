@@ -32,10 +32,8 @@ avgdl the candidates' mean length.
 Filters: the search's own predicate is applied inside each term's postings walk
 (each row read is checked against its passage through the narrow covering index
 passages_filter_idx), so a filtered search still gets up to FILTERED_POSTINGS
-matching rows per term among at most FILTERED_READS rows read, and reads every
-posting again when that bounded walk found fewer than the lane's depth (full k
-whenever k passages match). With a document filter (`narrow`) the lane
-scores the filtered passages' tsvectors directly: a few documents hold few rows,
+matching rows per term (full k whenever k passages match). With a document
+filter (`narrow`) the lane scores the filtered passages' tsvectors directly: a few documents hold few rows,
 while a common term's postings walk would have to skip the rest of the library.
 
 User text never reaches to_tsquery: lexemes come from to_tsvector and travel as
@@ -187,19 +185,15 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
 
 
 # q: one row per query term; hits: each term's postings walk, in impact order, at most
-# `cap` rows that the search's predicate allows, among at most `reads` postings read
-# (each read row costs a lookup of its passage for the predicate)
+# `cap` rows that the search's predicate allows
 _HITS = (
     "q AS (SELECT * FROM unnest(%(cfg)s::regconfig[], %(lex)s::text[], %(idf)s::float8[], %(cap)s::int[], "
-    "                          %(reads)s::int[], %(avgdl)s::float8[], %(perdoc)s::float8[]) "
-    "      WITH ORDINALITY AS q(c, lexeme, idf, cap, reads, avgdl, perdoc, i)), "
+    "                          %(avgdl)s::float8[], %(perdoc)s::float8[]) "
+    "      WITH ORDINALITY AS q(c, lexeme, idf, cap, avgdl, perdoc, i)), "
     "hits AS (SELECT q.i, q.idf, q.avgdl, q.perdoc, po.passage_id, po.document_id, po.tf, po.dl FROM q "
     "  CROSS JOIN LATERAL ("
-    "    SELECT po.passage_id, p.document_id, po.tf, po.dl FROM ("
-    "      SELECT po.passage_id, po.tf, po.dl, po.impact FROM postings po "
-    "      WHERE po.ts_config = q.c AND po.lexeme = q.lexeme ORDER BY po.impact DESC LIMIT q.reads) po "
-    "    JOIN passages p ON p.id = po.passage_id "
-    "    WHERE {pred} "
+    "    SELECT po.passage_id, p.document_id, po.tf, po.dl FROM postings po JOIN passages p ON p.id = po.passage_id "
+    "    WHERE po.ts_config = q.c AND po.lexeme = q.lexeme AND {pred} "
     "    ORDER BY po.impact DESC LIMIT q.cap) po) ")
 _PASSAGE_BM25 = "sum(idf * tf * %(k1p1)s / (tf + %(k1)s * (1 - %(b)s + %(b)s * dl / avgdl)))"
 
@@ -266,15 +260,10 @@ def _avgdl(conn: psycopg.Connection, totals: dict[str, tuple[int, float | None, 
 # filtered searches still returned k = 10). Filtered searches read at most this many
 # matching rows per term (never fewer than the lane's depth).
 FILTERED_POSTINGS = 200
-# ... and at most this many postings in all (split over the terms, never fewer than a
-# term's cap): every row read costs a lookup of its passage for the filter, ~7 us on
-# the loaded box, and a 2% filter read 33,565 rows for a 7-term query at 100k
-# passages (235 ms of a 276 ms lane). Within the bound a term still contributes its
-# highest-impact matching rows; when the bounded walk finds fewer than `depth`
-# passages and cut some term short, the walk runs again unbounded, so a filter that
-# passes few rows still gets every passage holding a query term.
-FILTERED_READS = 10_000
-_UNBOUNDED = 2_147_483_647
+# Not bounded by rows read as well: capping a 2%-filter walk at 10,000 rows read in all
+# (split over the terms) took the lane's p50 from 356 to 61 ms on that benchmark, but
+# its top 10 then shared 0.65 of the passages exact BM25 over the filtered rows ranks
+# first (0.73 at 20,000 rows; 100 queries), against 0.90 for this walk.
 
 
 def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],
@@ -283,12 +272,9 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
     started = time.perf_counter()
     depth = cfg.keyword_depth
     terms, totals = plan_terms(conn, lexemes, stats, cfg, depth)
-    reads = [_UNBOUNDED] * len(terms)
     if filtered:
         for term in terms:
             term.cap = min(term.cap, max(FILTERED_POSTINGS, depth))
-        if terms:
-            reads = [max(t.cap, FILTERED_READS // len(terms)) for t in terms]
     trace: list[dict] = [{"config": name, "passages": n,
                           "terms": [{"lexeme": t.lexeme, "df": t.df, "idf": round(t.idf, 3), "cap": t.cap,
                                      **({"estimated": True} if t.estimated else {})}
@@ -311,12 +297,7 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
                 query = _POSTINGS_DOC.format(pred=predicate.clause)
             else:
                 query = _POSTINGS.format(pred=predicate.clause)
-        if not narrow:
-            params["reads"] = reads
         rows = conn.execute(query, params).fetchall()
-        if not narrow and len(rows) < depth and any(t.df > r for t, r in zip(terms, reads)):
-            params["reads"] = [_UNBOUNDED] * len(terms)   # a filter passing few rows: read every posting
-            rows = conn.execute(query, params).fetchall()
     hits = LaneHits("keyword", [r[0] for r in rows], [float(r[2]) for r in rows], graded=True)
     hits.doc_ids = [r[1] for r in rows]
     hits.ms = (time.perf_counter() - started) * 1000
