@@ -10,19 +10,25 @@ Two corpora, both in an embedded Postgres under --home (default
    Gutenberg books, SICP's front matter and TOC, the Russian Pushkin novel,
    vault notes, SciFact abstracts) - timed with a fixed list of realistic
    queries (titles, content, Russian, "table of contents").
-2. a ~100k-passage corpus built from BEIR SciFact: the 5,183 abstracts are
-   embedded once with MiniLM (cached in --home); every other row is a copy of
-   a real abstract with ~10% of its words dropped (so its tsvector differs)
-   and a synthetic vector (embedding 100k passages on 2 cores would take over
-   an hour). Two vector constructions (--vectors):
+2. a ~100k-passage corpus built from BEIR SciFact, with both vector columns
+   (`embedding`, MiniLM 384-d; `embedding_multi`, USE-m3 512-d, the multilingual
+   second lane): the 5,183 abstracts are embedded once by each model (cached in
+   --home); every other row is a copy of a real abstract with ~10% of its words
+   dropped (so its tsvector differs) and synthetic vectors (embedding 100k
+   passages on 2 cores would take hours). Two vector constructions (--vectors):
    - mix (default): a real vector moved a random 10-50% of the way towards one
-     of its 10 nearest real neighbours, plus small noise (sigma 0.01/dim),
-     re-normalised - rows stay on the data manifold, like passages between
-     two related abstracts;
+     of its 10 nearest real neighbours (by MiniLM), plus small noise (sigma
+     0.01/dim), re-normalised - rows stay on the data manifold, like passages
+     between two related abstracts. The second column moves the same fraction
+     towards the same neighbour in USE-m3's space: both vectors stand for one
+     synthetic passage;
    - noise: the real vector plus Gaussian noise (sigma 0.02/dim, cosine ~0.93
      to the original). Every abstract then has ~19 near-duplicates whose
      similarity to any query differs only by noise: a stress case where
      recall@10 counts swaps among near-ties (first run: 0.95 at ef_search 100).
+   Postings (the keyword lane's index): --postings bulk (default) writes them after
+   the COPY with postings_rebuild(), the insert trigger's own SQL, and builds their
+   indexes once; --postings trigger lets the COPY fire the trigger as any writer.
    2% of rows are scope 'department' (the filtered case) and 2% are
    summaries (summary_level 1). Timed with SciFact's real queries.
 
@@ -30,7 +36,8 @@ Reported: warm p50/p95 per stage and end to end through `serving.search.search`
 (the function agents call), without a cross-encoder; halfvec HNSW recall@10
 against an exact scan over the same halfvecs and against exact float32
 (numpy), at several ef_search values; the filtered search's returned k; and
-the lexeme_df refresh time. Results also go to <home>/search_bench.json.
+the lexeme_df refresh time, and every loading step's seconds. Results also go to
+<home>/search_bench_<rows>_<vectors>.json.
 """
 
 from __future__ import annotations
