@@ -65,7 +65,7 @@ def beir(
     split: str = typer.Option("test", help="Qrels split to score (qrels/<split>.tsv)."),
     out: Path = typer.Option(None, "--out", help="JSON results file (default: eval-<dataset>-<split>.json)."),
     configs: str = typer.Option(None, "--configs",
-                                help="Comma-separated configurations (default: all available): vector, keyword, "
+                                help="Comma-separated configurations (default: all available): vector, multilingual, keyword, "
                                      "fused-no-title, fused-rrf, fused, fused+rerank."),
     markdown: Path = typer.Option(None, "--markdown", help="Markdown table file (default: beside --out, .md)."),
     plot: Path = typer.Option(None, "--plot", help="PNG chart (default: beside --out, .png)."),
