@@ -214,6 +214,18 @@ def test_suite_writes_one_table_and_one_plot(tmp_path, server_db, monkeypatch):
     assert (tmp_path / "out" / "suite.png").read_bytes()[:4] == b"\x89PNG"
     assert list((tmp_path / "home" / "eval-cache").glob("suite_ru-use-m3-*.npy"))
 
+    # collections run in separate processes join one table
+    merged = tmp_path / "out" / "merged"
+    result = CliRunner().invoke(eval_app, ["suite", "--merge", str(tmp_path / "out" / "suite.json"),
+                                           "--out", str(merged)])
+    assert result.exit_code == 0, result.output
+    again = json.loads((tmp_path / "out" / "merged.json").read_text())
+    keys = ("dataset", "split", "queries", "configs", "bm25s", "anchors", "language")
+    assert [{k: c[k] for k in keys} for c in again["collections"]] == [{k: c[k] for k in keys}
+                                                                        for c in data["collections"]]
+    assert [(g["goal"], g["met"]) for g in again["goals"]] == [(g["goal"], g["met"]) for g in data["goals"]]
+    assert (tmp_path / "out" / "merged.md").read_text().splitlines()[2] == header
+
 
 # -- asset checks: the regression eval --------------------------------------------------
 

@@ -56,14 +56,32 @@ def test_english_query_ignores_the_multilingual_lane_at_shared_weight_zero():
     kw, multi = _lanes()
     cfg = SearchConfig(confidence="spread", confidence_power=1.0)
     scripts = {i: "latin" for i in range(1, 5)}
-    fused, _, _ = fuse([(kw, 1.0), (multi, 1.0)], cfg, scripts=scripts, query_script="latin", primary_reads=True,
-                       primary_monolingual=True)
+    vec = LaneHits("vector", [1, 2, 3, 4], [0.9, 0.5, 0.45, 0.4], graded=True)   # as decisive as keyword
+    flat = confidence_multipliers([(kw, 1.0), (vec, 1.0)], {}, "spread", 1.0)
+    fused, _, _ = fuse([(vec, 1.0), (kw, 1.0), (multi, 1.0)], cfg, scripts=scripts, query_script="latin",
+                       primary_reads=True, primary_monolingual=True)
     assert all("multilingual" not in f.parts for f in fused)
-    # the silent lane takes no share of the confidence weighting: keyword keeps weight 1
-    assert fused[0].parts["keyword"] == pytest.approx(1.0)
+    # the silent lane takes no share of the confidence weighting
+    assert fused[0].parts["keyword"] == pytest.approx(flat["keyword"])
+    assert fused[0].parts["vector"] == pytest.approx(flat["vector"])
 
 
 def test_lane_weight_for_a_query_the_primary_model_cannot_read():
     cfg = SearchConfig(vector_weight=2.0, vector_weight_foreign=0.25)
     assert lane_weight("vector", cfg) == 2.0 and lane_weight("vector", cfg, foreign=True) == 0.5
     assert lane_weight("title", cfg) == cfg.title_weight
+
+
+def test_multilingual_lane_alone_speaks_for_an_english_query():
+    """With the primary lane off (the eval's "multilingual" row, or a library the primary
+    model has not embedded), the multilingual lane is the one dense reader: full weight,
+    not the shared weight it has beside the primary model."""
+    kw, multi = _lanes()
+    scripts = {i: "latin" for i in range(1, 5)}
+    fused, _, _ = fuse([(multi, 1.0)], SearchConfig(), scripts=scripts, query_script="latin", primary_reads=True,
+                       primary_monolingual=True)
+    assert [f.id for f in fused] == multi.ids
+    vec = LaneHits("vector", [2, 1], [0.9, 0.8], graded=True)
+    fused, _, _ = fuse([(vec, 1.0), (multi, 1.0)], SearchConfig(), scripts=scripts, query_script="latin",
+                       primary_reads=True, primary_monolingual=True)
+    assert [f.id for f in fused] == [2, 1]   # beside a speaking primary lane: shared weight 0

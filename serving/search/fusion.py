@@ -37,9 +37,10 @@ change whenever a lane is reworked; the normalisation above absorbs the scale):
 - keyword hits in another script than the query's are dropped: a Russian question
   shares only numbers and Latin names with an English paragraph (ru->en BM25 0.1793);
 - the multilingual embedder (USE-m3) is the one lane that crosses languages (0.8527
-  ru->en): full weight for a query the primary model cannot read and for hits in
-  another script than the query's; where the primary model reads both query and
-  passage, `multilingual_weight_shared` (it is far weaker there: SciFact 0.392 vs
+  ru->en): full weight for a query the primary model cannot read, for hits in
+  another script than the query's, and wherever the primary lane does not speak (off,
+  or no hits); where the primary model reads both query and passage and its lane
+  speaks, `multilingual_weight_shared` (it is far weaker there: SciFact 0.392 vs
   MiniLM 0.645, so it must not be fused blindly into English search);
 - a lane that cannot see a passage is no evidence against it: a passage in another
   script than the query's is scored by the multilingual lane alone, so that score is
@@ -216,11 +217,14 @@ def fuse(lanes: list[tuple[LaneHits, float]], cfg, *, scripts: dict[int, str], q
     `scripts`: passage id -> script of the vector, multilingual and keyword hits."""
     factors: dict[str, dict[int, float]] = {}
     weights = {h.name: w for h, w in lanes}
+    # the multilingual lane gives way to the primary model only where that model speaks:
+    # with the primary lane off (or empty) it is the one dense reader, at full weight
+    primary_speaks = primary_reads and any(h.name == "vector" and w > 0 and len(h) for h, w in lanes)
     if cfg.language_aware and any(h.name == "multilingual" and len(h) for h, _ in lanes):
         same_script = (weights.get("vector", 0.0) + weights.get("keyword", 0.0)
-                       + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_reads else 1.0))
+                       + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_speaks else 1.0))
         trusted, factors = trust_factors([h for h, _ in lanes], scripts, query_script,
-                                         primary_reads_query=primary_reads, primary_monolingual=primary_monolingual,
+                                         primary_reads_query=primary_speaks, primary_monolingual=primary_monolingual,
                                          shared_weight=cfg.multilingual_weight_shared,
                                          cross_factor=max(1.0, same_script / cfg.multilingual_weight)
                                          if cfg.multilingual_weight > 0 else 1.0)
