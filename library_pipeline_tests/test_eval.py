@@ -108,7 +108,7 @@ def test_harness_scores_the_serving_search(tiny_index, embedder):
                                   progress=False)
     # each query has exactly one relevant document and every lane puts it first:
     # nDCG@10 = MRR@10 = R@100 = 1, P@5 = 1/5
-    assert set(result.configs) == {"vector", "keyword", "fused-no-title", "fused-rrf", "fused"}
+    assert set(result.configs) == {"vector", "multilingual", "keyword", "fused-no-title", "fused-rrf", "fused"}
     for name, m in {**result.configs, "bm25s": result.bm25s}.items():
         assert m["ndcg@10"] == pytest.approx(1.0), name
         assert m["mrr@10"] == pytest.approx(1.0), name
@@ -213,6 +213,18 @@ def test_suite_writes_one_table_and_one_plot(tmp_path, server_db, monkeypatch):
     assert all(isinstance(g["met"], bool) for g in data["goals"])
     assert (tmp_path / "out" / "suite.png").read_bytes()[:4] == b"\x89PNG"
     assert list((tmp_path / "home" / "eval-cache").glob("suite_ru-use-m3-*.npy"))
+
+    # collections run in separate processes join one table
+    merged = tmp_path / "out" / "merged"
+    result = CliRunner().invoke(eval_app, ["suite", "--merge", str(tmp_path / "out" / "suite.json"),
+                                           "--out", str(merged)])
+    assert result.exit_code == 0, result.output
+    again = json.loads((tmp_path / "out" / "merged.json").read_text())
+    keys = ("dataset", "split", "queries", "configs", "bm25s", "anchors", "language")
+    assert [{k: c[k] for k in keys} for c in again["collections"]] == [{k: c[k] for k in keys}
+                                                                        for c in data["collections"]]
+    assert [(g["goal"], g["met"]) for g in again["goals"]] == [(g["goal"], g["met"]) for g in data["goals"]]
+    assert (tmp_path / "out" / "merged.md").read_text().splitlines()[2] == header
 
 
 # -- asset checks: the regression eval --------------------------------------------------

@@ -73,7 +73,7 @@ def beir(
     split: str = typer.Option("test", help="Qrels split to score (qrels/<split>.tsv)."),
     out: Path = typer.Option(None, "--out", help="JSON results file (default: eval-<dataset>-<split>.json)."),
     configs: str = typer.Option(None, "--configs",
-                                help="Comma-separated configurations (default: all available): vector, keyword, "
+                                help="Comma-separated configurations (default: all available): vector, multilingual, keyword, "
                                      "fused-no-title, fused-rrf, fused, fused+rerank."),
     markdown: Path = typer.Option(None, "--markdown", help="Markdown table file (default: beside --out, .md)."),
     plot: Path = typer.Option(None, "--plot", help="PNG chart (default: beside --out, .png)."),
@@ -133,7 +133,7 @@ def _evaluate_folder(dataset_dir: Path, split: str, configs: str | None, max_que
 
 @eval_app.command("suite")
 def suite(
-    dataset_dirs: list[Path] = typer.Argument(..., exists=True, file_okay=False,
+    dataset_dirs: list[Path] = typer.Argument(None, exists=True, file_okay=False,
                                               help="BEIR folders; each is scored on its test split when it has one."),
     out: Path = typer.Option(Path("eval-suite"), "--out",
                              help="Output prefix: writes <out>.md, <out>.json and <out>.png."),
@@ -143,15 +143,21 @@ def suite(
     reindex: bool = typer.Option(False, "--reindex"),
     anchors: bool = typer.Option(True, "--anchors/--no-anchors"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    merge: list[Path] = typer.Option(None, "--merge", exists=True, dir_okay=False,
+                                     help="An earlier suite's .json whose collections join the table "
+                                          "(collections run in separate processes, one table)."),
 ) -> None:
     """Run every BEIR folder given and write ONE table (markdown + JSON) and ONE plot comparing
     every lane, the shipped default and the anchors across collections, with the goals checked."""
-    from library_pipeline.eval.report import suite_markdown, write_suite
+    from library_pipeline.eval.report import results_from_suite_json, suite_markdown, write_suite
 
     logging.getLogger("serving").setLevel(logging.WARNING)
-    embedder = _embedder()
-    dense = _dense_models(embedder, anchors)
-    results = []
+    results = [r for path in merge or [] for r in results_from_suite_json(path)]
+    dataset_dirs = dataset_dirs or []
+    if not dataset_dirs and not results:
+        raise typer.BadParameter("give BEIR folders, or --merge earlier suite results")
+    embedder = _embedder() if dataset_dirs else None
+    dense = _dense_models(embedder, anchors) if dataset_dirs else []
     for folder in dataset_dirs:
         chosen = split or default_split(folder)
         results.append(_evaluate_folder(folder, chosen, configs, max_queries, None, reindex, anchors, progress,

@@ -49,6 +49,7 @@ def standard_configs(reranker_available: bool | None = None) -> dict[str, Search
     base = {"log_queries": False, "summaries": False}
     configs = {
         "vector": SearchConfig.only("vector", **base),
+        "multilingual": SearchConfig.only("multilingual", **base),
         "keyword": SearchConfig.only("keyword", **base),
         "fused-no-title": SearchConfig(title=False, rerank=False, label="fused-no-title", **base),
         "fused-rrf": SearchConfig(fusion="rrf", rerank=False, label="fused-rrf", **base),
@@ -61,7 +62,7 @@ def standard_configs(reranker_available: bool | None = None) -> dict[str, Search
     return configs
 
 
-CONFIG_HELP = ("vector, keyword, fused-no-title (title lane off), fused-rrf (rank fusion instead of "
+CONFIG_HELP = ("vector, multilingual, keyword, fused-no-title (title lane off), fused-rrf (rank fusion instead of "
                "score fusion), fused (all lanes, the default), "
                "fused+rerank (needs LIBRARY_RERANKER)")
 

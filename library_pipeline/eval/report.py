@@ -201,6 +201,16 @@ def suite_json(results: list[EvalResult]) -> dict:
             "goals": [g.to_json() for r in results for g in goals(r)]}
 
 
+def results_from_suite_json(path: Path) -> list[EvalResult]:
+    """The collections of an earlier suite's JSON (per-query figures are not kept there),
+    so collections run in separate processes can be put in one table."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [EvalResult(dataset=c["dataset"], split=c["split"], queries=c["queries"], configs=c["configs"],
+                       bm25s=c["bm25s"], timings=c.get("timings", {}), index=c.get("index", {}),
+                       anchors=c.get("anchors", {}), language=c.get("language", "en"))
+            for c in data["collections"]]
+
+
 def write_suite(results: list[EvalResult], prefix: Path) -> tuple[Path, Path, Path]:
     """`prefix`.md, .json and .png."""
     prefix.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
 from serving.search import health
 from serving.search.doclanes import structure_lane, title_lane
 from serving.search.filters import passage_predicate, resolve_paths
-from serving.search.fusion import Fused, convex_fusion, trust_factors, weighted_rrf
+from serving.search.fusion import Fused, fuse, lane_weight
 from serving.search.keyword import corpus_configs, keyword_lane, query_lexemes
 from serving.search.language import query_language, script
 from serving.search.lanes import LaneHits
@@ -153,7 +153,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             timings["embed_multilingual"] = _ms(t)
             mvh = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=max(cfg.vector_depth, k),
                               exact=bool(filters.document_ids), column="multilingual", name="multilingual")
-            lanes.append((mvh, cfg.multilingual_weight))
+            lanes.append((mvh, lane_weight("multilingual", cfg)))
 
         # an English-only model is left out for a query it cannot read when the
         # multilingual lane found passages to stand in with (a library not yet embedded
@@ -174,7 +174,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         else:
             vec = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=max(cfg.vector_depth, k),
                               exact=bool(filters.document_ids))
-            lanes.insert(0, (vec, cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0)))
+            lanes.insert(0, (vec, lane_weight("vector", cfg, foreign=foreign)))
 
         stats = corpus_configs(conn) if cfg.keyword else []
         names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
@@ -191,7 +191,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             kw, resp.keyword_trace = keyword_lane(conn, lexemes, stats, predicate, cfg,
                                                    narrow=bool(filters.document_ids),
                                                    filtered=not filters.is_empty)
-            lanes.append((kw, cfg.keyword_weight))
+            lanes.append((kw, lane_weight("keyword", cfg)))
         else:
             stages["keyword"] = "off"
         if cfg.structure and names is not None:
@@ -210,31 +210,14 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
             timings[hits.name] = hits.ms
 
         t = time.perf_counter()
-        factors: dict[str, dict[int, float]] = {}
+        scripts: dict[int, str] = {}
         if cfg.language_aware and mvh:
-            qscript = script(text)
             scripts = _scripts(conn, sorted({pid for h, _ in lanes if h.name in ("vector", "keyword", "multilingual")
                                              for pid in h.ids}))
-            same_script = ((cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0) if vec is not None
-                            else 0.0) + (cfg.keyword_weight if kw is not None else 0.0)
-                           + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_reads else 1.0))
-            trusted, factors = trust_factors([h for h, _ in lanes], scripts, qscript, primary_reads_query=primary_reads,
-                                             primary_monolingual=languages is not None,
-                                             shared_weight=cfg.multilingual_weight_shared,
-                                             cross_factor=max(1.0, same_script / cfg.multilingual_weight)
-                                             if cfg.multilingual_weight > 0 else 1.0)
-            lanes = [(h, w) for h, (_, w) in zip(trusted, lanes)]
-            for hits, _ in lanes:
-                stages[hits.name] = hits.status
-            timings["trust"] = _ms(t)
-        if cfg.fusion == "rrf":
-            fused = weighted_rrf(lanes, cfg.rrf_k)
-            stages["fusion"] = f"ok: weighted RRF (k={cfg.rrf_k}) over {len(fused)} candidates"
-        else:
-            fused = convex_fusion(lanes, cfg.rrf_k, {"vector": cfg.vector_depth, "keyword": cfg.keyword_depth,
-                                                     "multilingual": cfg.vector_depth}, factors)
-            stages["fusion"] = (f"ok: weighted sum of min-max normalised lane scores (ranked lanes: "
-                                f"(k+1)/(k+rank), k={cfg.rrf_k}) over {len(fused)} candidates")
+        fused, lanes, stages["fusion"] = fuse(lanes, cfg, scripts=scripts, query_script=script(text),
+                                              primary_reads=primary_reads, primary_monolingual=languages is not None)
+        for hits, _ in lanes:
+            stages[hits.name] = hits.status
         timings["fusion"] = _ms(t)
         resp.pool_size = len(fused)
 

@@ -37,9 +37,10 @@ change whenever a lane is reworked; the normalisation above absorbs the scale):
 - keyword hits in another script than the query's are dropped: a Russian question
   shares only numbers and Latin names with an English paragraph (ru->en BM25 0.1793);
 - the multilingual embedder (USE-m3) is the one lane that crosses languages (0.8527
-  ru->en): full weight for a query the primary model cannot read and for hits in
-  another script than the query's; where the primary model reads both query and
-  passage, `multilingual_weight_shared` (it is far weaker there: SciFact 0.392 vs
+  ru->en): full weight for a query the primary model cannot read, for hits in
+  another script than the query's, and wherever the primary lane does not speak (off,
+  or no hits); where the primary model reads both query and passage and its lane
+  speaks, `multilingual_weight_shared` (it is far weaker there: SciFact 0.392 vs
   MiniLM 0.645, so it must not be fused blindly into English search);
 - a lane that cannot see a passage is no evidence against it: a passage in another
   script than the query's is scored by the multilingual lane alone, so that score is
@@ -91,14 +92,57 @@ def normalised(scores: list[float], depth: int) -> list[float]:
     return [max(0.0, (s - floor) / (top - floor)) for s in scores]
 
 
+def confidence(hits: LaneHits, depth: int, mode: str) -> float:
+    """How decisive a graded lane is for this query, from its own score distribution
+    over its first `depth` hits (no constant fitted to a lane's raw scale):
+    "spread": 1 - the mean min-max normalised score of hits 2..depth (one hit far ahead
+    of a flat tail -> near 1; a flat list -> near 0.5 or below);
+    "z": how many standard deviations the best hit stands above the mean of the list."""
+    head = hits.scores[:max(depth, 2)]
+    if len(head) < 3:
+        return 1.0
+    if mode == "spread":
+        top, floor = head[0], min(head)
+        if top <= floor:
+            return 0.0
+        return 1.0 - sum((s - floor) / (top - floor) for s in head[1:]) / (len(head) - 1)
+    if mode == "z":
+        mean = sum(head) / len(head)
+        sd = (sum((s - mean) ** 2 for s in head) / len(head)) ** 0.5
+        return (head[0] - mean) / sd if sd > 0 else 0.0
+    raise ValueError(f"unknown confidence {mode!r}")
+
+
+def confidence_multipliers(lanes: list[tuple[LaneHits, float]], depths: dict[str, int], mode: str,
+                           power: float) -> dict[str, float]:
+    """Per-query multipliers of the graded lanes' weights: confidence ** power, scaled so
+    that their weighted mean is 1 (the lanes' total weight, and so their balance against
+    the ranked title and structure lanes, stays what the config says)."""
+    graded = [(h, w) for h, w in lanes if h.graded and w > 0 and len(h)]
+    if mode == "none" or power == 0 or len(graded) < 2:
+        return {}
+    raw = {h.name: max(confidence(h, depths.get(h.name, len(h)), mode), 1e-6) ** power for h, _ in graded}
+    total = sum(w for _, w in graded)
+    mean = sum(raw[h.name] * w for h, w in graded) / total
+    return {name: value / mean for name, value in raw.items()}
+
+
 def convex_fusion(lanes: list[tuple[LaneHits, float]], k: int, depths: dict[str, int],
-                  factors: dict[str, dict[int, float]] | None = None) -> list[Fused]:
+                  factors: dict[str, dict[int, float]] | None = None, *, confidence_mode: str = "none",
+                  confidence_power: float = 0.0) -> list[Fused]:
     """`depths`: the depth each graded lane is normalised over (its configured depth).
     `factors`: lane -> passage -> multiplier of its weight (trust_factors); a passage
-    missing there counts 1."""
+    missing there counts 1. `confidence_mode` / `confidence_power`: per-query lane
+    weights from each lane's score distribution (confidence_multipliers)."""
     pool: dict[int, Fused] = {}
     factors = factors or {}
+    # only lanes that speak for some passage of this query (an English query's
+    # multilingual lane at shared weight 0 does not)
+    speaking = [(h, w) for h, w in lanes
+                if any(factors.get(h.name, {}).get(pid, 1.0) > 0 for pid in h.ids)]
+    multipliers = confidence_multipliers(speaking, depths, confidence_mode, confidence_power)
     for hits, weight in lanes:
+        weight *= multipliers.get(hits.name, 1.0)
         if weight <= 0:
             continue
         values = (normalised(hits.scores, depths.get(hits.name, len(hits))) if hits.graded
@@ -154,3 +198,42 @@ def trust_factors(lanes: list[LaneHits], scripts: dict[int, str], query_script: 
         else:
             out.append(hits)
     return out, factors
+
+
+def lane_weight(name: str, cfg, *, foreign: bool = False) -> float:
+    """A lane's configured weight (SearchConfig); `foreign`: the query is in a language
+    the primary model does not read and the multilingual lane stands in."""
+    if name == "vector":
+        return cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0)
+    return {"multilingual": cfg.multilingual_weight, "keyword": cfg.keyword_weight,
+            "title": cfg.title_weight, "structure": cfg.structure_weight}.get(name, 1.0)
+
+
+def fuse(lanes: list[tuple[LaneHits, float]], cfg, *, scripts: dict[int, str], query_script: str,
+         primary_reads: bool, primary_monolingual: bool) -> tuple[list[Fused], list[tuple[LaneHits, float]], str]:
+    """The fusion stage of search: per-query trust (when the config is language aware and
+    the multilingual lane found something), then the configured fusion rule. Returns the
+    fused candidates, the lanes as fused (untrusted hits dropped) and a status line.
+    `scripts`: passage id -> script of the vector, multilingual and keyword hits."""
+    factors: dict[str, dict[int, float]] = {}
+    weights = {h.name: w for h, w in lanes}
+    # the multilingual lane gives way to the primary model only where that model speaks:
+    # with the primary lane off (or empty) it is the one dense reader, at full weight
+    primary_speaks = primary_reads and any(h.name == "vector" and w > 0 and len(h) for h, w in lanes)
+    if cfg.language_aware and any(h.name == "multilingual" and len(h) for h, _ in lanes):
+        same_script = (weights.get("vector", 0.0) + weights.get("keyword", 0.0)
+                       + cfg.multilingual_weight * (cfg.multilingual_weight_shared if primary_speaks else 1.0))
+        trusted, factors = trust_factors([h for h, _ in lanes], scripts, query_script,
+                                         primary_reads_query=primary_speaks, primary_monolingual=primary_monolingual,
+                                         shared_weight=cfg.multilingual_weight_shared,
+                                         cross_factor=max(1.0, same_script / cfg.multilingual_weight)
+                                         if cfg.multilingual_weight > 0 else 1.0)
+        lanes = [(h, w) for h, (_, w) in zip(trusted, lanes)]
+    if cfg.fusion == "rrf":
+        fused = weighted_rrf(lanes, cfg.rrf_k)
+        return fused, lanes, f"ok: weighted RRF (k={cfg.rrf_k}) over {len(fused)} candidates"
+    fused = convex_fusion(lanes, cfg.rrf_k, {"vector": cfg.vector_depth, "keyword": cfg.keyword_depth,
+                                             "multilingual": cfg.vector_depth}, factors,
+                          confidence_mode=cfg.confidence, confidence_power=cfg.confidence_power)
+    return fused, lanes, (f"ok: weighted sum of min-max normalised lane scores (ranked lanes: "
+                          f"(k+1)/(k+rank), k={cfg.rrf_k}) over {len(fused)} candidates")

@@ -190,6 +190,13 @@ class SearchConfig:
     # unchanged by construction), and the lane still finds what only it can read
     # (passages in another script than the query's). docs/evaluation.md has the figures.
     multilingual_weight_shared: float = 0.0
+    # per-query lane weights from each graded lane's score distribution
+    # (serving/search/fusion.py confidence): "none" | "spread" | "z", raised to this power.
+    # Off: measured (benchmarks/eval_fusion_replay.py, XQuAD ru->ru, 612 queries, paired
+    # vs off) spread +0.0007 +- 0.0018, z -0.0043 +- 0.0029 - no gain beyond noise; the
+    # English sets could not be loaded with vectors on the shared box to measure it there.
+    confidence: str = "none"
+    confidence_power: float = 0.0
     # with k = 60 every lane's rank 1 scores 1/61: an exact title match tied an
     # ordinary semantic hit and lost on insertion order until it weighed 2x.
     title_weight: float = 2.0
