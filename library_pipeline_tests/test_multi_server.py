@@ -108,10 +108,12 @@ def test_two_http_servers_share_one_database(server_db, tmp_path):
                 assert "412 snow shovels" in got["content"]
                 out["memory_id"] = written["id"]
                 # the breaker: degenerate searches counted across both processes
-                # (the library's passages re-labelled to a model no server has, as
-                # after a model switch gone wrong: every pool is empty)
+                # (the library's passages re-labelled to models no server has, as
+                # after a model switch gone wrong: every pool is empty; both models,
+                # since the multilingual lane alone still answers when the primary is empty)
                 with db.connect() as conn:
-                    conn.execute("UPDATE passages SET embed_model = 'retired-model'")
+                    conn.execute("UPDATE passages SET embed_model = 'retired-model', "
+                                 "embed_model_multi = 'retired-model'")
                     conn.commit()
                 states = []
                 for client in (one, two, one, two):
