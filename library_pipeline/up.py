@@ -30,7 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_LIBRARY = REPO / "examples" / "library"
 
 
-class _Stop(Exception):
+class _Stop(BaseException):
+    # a BaseException, like KeyboardInterrupt: a SIGTERM that lands inside a step guarded by
+    # `except Exception` (the enrichment-progress query) was swallowed there, and `library up`
+    # kept serving past its stop timeout
     pass
 
 
