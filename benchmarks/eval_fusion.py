@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_tune import parse_variant  # noqa: E402
+from eval_tune import load_set, parse_variant  # noqa: E402
 
-from library_pipeline.eval.beir import build_index, eval_database, load_beir, release  # noqa: E402
+from library_pipeline.eval.beir import build_index, eval_database, release  # noqa: E402
 from library_pipeline.eval.harness import run_config  # noqa: E402
 from library_pipeline.eval.metrics import aggregate, per_query  # noqa: E402
 from library_pipeline.migrate import fill_multilingual  # noqa: E402
@@ -73,10 +73,7 @@ def main() -> None:
         cfgs = {n: c for n, c in cfgs.items() if n in args.only}
     table: dict[str, dict[str, float]] = {}
     for spec in args.sets:
-        folder, _, split = spec.partition(":")
-        ds = load_beir(folder, split or "test")
-        if args.max_queries:
-            ds = ds.subset(list(ds.queries)[: args.max_queries])
+        ds = load_set(spec, args.max_queries)
         key = f"{ds.name}:{ds.split}"
         db = eval_database(ds.name)
         try:

@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_tune import parse_variant  # noqa: E402
+from eval_tune import load_set, parse_variant  # noqa: E402
 
 import serving.search.engine as engine  # noqa: E402
-from library_pipeline.eval.beir import eval_database, load_beir, release  # noqa: E402
+from library_pipeline.eval.beir import eval_database, release  # noqa: E402
 from library_pipeline.eval.harness import TOP_K  # noqa: E402
 from library_pipeline.eval.metrics import aggregate, paired_difference, per_query, ranking_to_run  # noqa: E402
 from serving.embedding import embedder_languages, load_embedder  # noqa: E402
@@ -119,10 +119,7 @@ def main() -> None:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     for spec in args.sets:
-        folder, _, split = spec.partition(":")
-        ds = load_beir(folder, split or "test")
-        if args.max_queries:
-            ds = ds.subset(list(ds.queries)[: args.max_queries])
+        ds = load_set(spec, args.max_queries)
         key = f"{ds.name}:{ds.split}"
         file = cache / f"{ds.name}-{ds.split}-{len(ds.queries)}.pkl"
         if file.exists():

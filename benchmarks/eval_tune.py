@@ -46,6 +46,16 @@ def parse_variant(spec: str) -> tuple[str, dict]:
     return name, overrides
 
 
+def load_set(spec: str, max_queries: int | None = None):
+    """A BEIR folder given as `folder[:split]` (split defaults to test), its first
+    `max_queries` queries when set."""
+    folder, _, split = spec.partition(":")
+    ds = load_beir(folder, split or "test")
+    if max_queries:
+        ds = ds.subset(list(ds.queries)[:max_queries])
+    return ds
+
+
 def build_keyword_index(db, ds, emb) -> dict:
     """Documents + pages as build_index writes them, chunk_step, then passages straight
     from the chunks (no vectors). The postings triggers index them as any writer's."""
