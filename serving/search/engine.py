@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from serving.embedding import Embedder, embed_text_for_passage, embedder_languages, multilingual_embedder
 from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
@@ -32,70 +32,67 @@ from serving.search.keyword import corpus_configs, keyword_lane, query_lexemes
 from serving.search.language import query_language, script
 from serving.search.lanes import LaneHits
 from serving.search.query import normalise_query, validate_top_k
+from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
 from serving.search.titles import NAMES
-from serving.search.types import SearchConfig, SearchFilters, SearchResponse, SearchResult
+from serving.search.types import SearchConfig, SearchFilters, SearchResponse
 from serving.search.vector import is_uniform, set_scan_options, vector_lane
 
 log = logging.getLogger(__name__)
+
+_DEFAULT: Any = object()
 
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def location(page_start: int | None, page_end: int | None, heading: str | None, summary_level: int) -> str:
-    parts = []
-    if page_start is not None:
-        parts.append(f"p. {page_start}" if page_end in (None, page_start) else f"pp. {page_start}-{page_end}")
-    if heading:
-        parts.append(heading.strip())
-    if summary_level > 0:
-        parts.append(f"summary, level {summary_level}")
-    return " · ".join(parts)
+@dataclass
+class _Call:
+    """One search call's state, filled in by the stages in order."""
+    conn: psycopg.Connection
+    embedder: Embedder
+    text: str
+    k: int
+    cfg: SearchConfig
+    filters: SearchFilters
+    reranker: Reranker | None
+    resp: SearchResponse
+    started: float
+    # plan
+    predicate: Any = None
+    breaker: Any = None
+    multi: Embedder | None = None
+    languages: Any = None
+    primary_reads: bool = True
+    vector_bypassed: bool = False
+    # lanes: (hits, weight), the primary vector lane first
+    lanes: list[tuple[LaneHits, float]] = field(default_factory=list)
+    vec: LaneHits | None = None
+    mvh: LaneHits | None = None
+    kw: LaneHits | None = None
+    qvec: Any = None
+    mvec: Any = None
+    # fusion, summaries, rows
+    fused: list[Fused] = field(default_factory=list)
+    summaries: LaneHits | None = None
+    use_rerank: bool = False
+    rows: dict[int, tuple] = field(default_factory=dict)
+    pool_reason: str | None = None
+    # rerank
+    ordered: list[tuple[Fused, float]] = field(default_factory=list)
+    rerank_reason: str | None = None
 
+    @property
+    def stages(self) -> dict[str, str]:
+        return self.resp.stages
 
-_HYDRATE = sql.SQL(
-    "SELECT p.id, p.document_id, d.path, d.title, p.source, p.kind, p.summary_level, p.page_start, p.page_end, "
-    "p.heading, p.content FROM passages p LEFT JOIN documents d ON d.id = p.document_id WHERE p.id = ANY(%s)")
+    @property
+    def timings(self) -> dict[str, float]:
+        return self.resp.timings
 
-
-def _hydrate(conn: psycopg.Connection, ids: list[int]) -> dict[int, tuple]:
-    if not ids:
-        return {}
-    return {row[0]: row for row in conn.execute(_HYDRATE, (ids,))}
-
-
-def _result(row: tuple, score: float, lanes: dict[str, int], fused: Fused | None = None) -> SearchResult:
-    pid, doc_id, path, title, source, kind, level, p1, p2, heading, content = row
-    return SearchResult(passage_id=pid, document_id=doc_id, path=path, title=title, source=source,
-                        location=location(p1, p2, heading, level), kind=kind, score=score, lanes=lanes,
-                        text=content, summary_level=level, page_start=p1, page_end=p2, heading=heading,
-                        fused_score=fused.score if fused else 0.0, lane_scores=dict(fused.parts) if fused else {})
-
-
-def _empty_pool_reason(conn: psycopg.Connection, model: str, predicate=None) -> str | None:
-    """Why an unfiltered search found nothing; None when the library is simply empty.
-    `predicate` (the viewer's visibility) keeps rows the caller may not see out of the answer."""
-    pred = predicate.clause if predicate is not None else sql.SQL("true")
-    params = {**(predicate.params if predicate is not None else {}), "model": model}
-    row = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM passages p WHERE p.embed_model = %(model)s AND {pred}), "
-                               "EXISTS (SELECT 1 FROM passages p WHERE {pred})").format(pred=pred), params).fetchone()
-    if not row[1]:
-        return None
-    if not row[0]:
-        return f"empty pool: no passage is embedded with the query model {model!r}"
-    return "empty pool: passages exist for this model but no lane returned any"
-
-
-_DEFAULT: Any = object()
-
-
-def _scripts(conn: psycopg.Connection, ids: list[int]) -> dict[int, str]:
-    """passage id -> the script of its text (serving.search.language.script)."""
-    if not ids:
-        return {}
-    return {pid: script(head) for pid, head in conn.execute(
-        "SELECT id, left(content, 300) FROM passages WHERE id = ANY(%s)", (ids,))}
+    @property
+    def warnings(self) -> list[str]:
+        return self.resp.warnings
 
 
 def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: int = 10,
@@ -104,6 +101,26 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
     """Hybrid search. Raises SearchError (a ValueError) for input the caller must fix.
     `multilingual`: the second vector lane's model (default: LIBRARY_EMBED_MULTILINGUAL's,
     serving.embedding.multilingual_embedder; None: no second lane)."""
+    call = _parse(conn, embedder, query, top_k, filters, config, reranker)
+    health.ensure_serving_tables(conn)
+    with conn.transaction():
+        _plan(call, multilingual)
+        _vector_lanes(call, multilingual)
+        _text_lanes(call)
+        _fuse(call)
+        _summaries(call)
+        _hydrate_pool(call)
+    _rerank(call)          # outside the read transaction: the model may take a while
+    _assemble(call)
+    _log(call)
+    return call.resp
+
+
+def _parse(conn: psycopg.Connection, embedder: Embedder, query: str, top_k: int,
+           filters: SearchFilters | dict[str, Any] | None, config: SearchConfig | None,
+           reranker: Reranker | None) -> _Call:
+    """Owns the caller's input: the query text and top_k normalised (warnings for what was
+    changed), the filters validated, the configuration and its default reranker chosen."""
     started = time.perf_counter()
     cfg = config or SearchConfig()
     text, warnings = normalise_query(query)
@@ -115,203 +132,244 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
     if reranker is None and cfg.rerank:
         reranker = default_reranker()
     resp = SearchResponse(query=text, results=[], warnings=warnings, config_label=cfg.label, score_kind=cfg.fusion)
-    stages, timings = resp.stages, resp.timings
-    health.ensure_serving_tables(conn)
+    return _Call(conn=conn, embedder=embedder, text=text, k=k, cfg=cfg, filters=filters, reranker=reranker,
+                 resp=resp, started=started)
 
-    with conn.transaction():
-        filters = resolve_paths(conn, filters)
-        predicate = passage_predicate(filters)
-        breaker = health.read_breaker(conn)
-        set_scan_options(conn, cfg.ef_search, cfg.max_scan_tuples)
 
-        multi = None
-        if cfg.multilingual:
-            multi = multilingual_embedder() if multilingual is _DEFAULT else multilingual
-        if multi is not None and multi.name == embedder.name:
-            multi = None   # the primary model is the multilingual one: one lane reads it
-        # which lanes may speak for this query (serving/search/fusion.py trust_factors)
-        qlang = query_language(text)
-        resp.query_language = qlang
-        languages = embedder_languages(embedder)
-        primary_reads = languages is None or qlang in languages
-        vector_bypassed = breaker.is_open("vector")
-        lanes: list[tuple[LaneHits, float]] = []
-        vec = kw = mvh = None
-        qvec = mvec = None
+def _plan(call: _Call, multilingual: Embedder | None) -> None:
+    """Owns what the lanes share: path filters resolved to documents, the visibility predicate,
+    the breaker's state, the vector scan options, the second vector model, and which models
+    can read the query's language (serving/search/fusion.py trust_factors)."""
+    conn, cfg = call.conn, call.cfg
+    call.filters = resolve_paths(conn, call.filters)
+    call.predicate = passage_predicate(call.filters)
+    call.breaker = health.read_breaker(conn)
+    set_scan_options(conn, cfg.ef_search, cfg.max_scan_tuples)
+    if cfg.multilingual:
+        call.multi = multilingual_embedder() if multilingual is _DEFAULT else multilingual
+    if call.multi is not None and call.multi.name == call.embedder.name:
+        call.multi = None   # the primary model is the multilingual one: one lane reads it
+    qlang = query_language(call.text)
+    call.resp.query_language = qlang
+    call.languages = embedder_languages(call.embedder)
+    call.primary_reads = call.languages is None or qlang in call.languages
+    call.vector_bypassed = call.breaker.is_open("vector")
 
-        if not cfg.multilingual:
-            stages["multilingual"] = "off"
-        elif multi is None:
-            stages["multilingual"] = ("off: the primary model is the multilingual one"
-                                      if multilingual is _DEFAULT and multilingual_embedder() is not None
-                                      else "off: LIBRARY_EMBED_MULTILINGUAL=off")
-        elif vector_bypassed:
-            stages["multilingual"] = "skipped: " + breaker.describe("vector")
-        else:
-            t = time.perf_counter()
-            mvec = multi.encode_queries([text])[0]
-            timings["embed_multilingual"] = _ms(t)
-            mvh = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=max(cfg.vector_depth, k),
-                              exact=bool(filters.document_ids), column="multilingual", name="multilingual")
-            lanes.append((mvh, lane_weight("multilingual", cfg)))
 
-        # an English-only model is left out for a query it cannot read when the
-        # multilingual lane found passages to stand in with (a library not yet embedded
-        # by the second model keeps the primary lane)
-        foreign = bool(mvh) and cfg.language_aware and not primary_reads
-        primary_on = cfg.vector and (not foreign or cfg.vector_weight_foreign > 0)
-        if (primary_on or (cfg.summaries and mvec is None)) and not vector_bypassed:
-            t = time.perf_counter()
-            qvec = embedder.encode_queries([text])[0]
-            timings["embed"] = _ms(t)
-        if not cfg.vector:
-            stages["vector"] = "off"
-        elif vector_bypassed:
-            stages["vector"] = "skipped: " + breaker.describe("vector")
-        elif not primary_on:
-            stages["vector"] = (f"skipped: {embedder.name} reads {', '.join(languages or ())} only, the query "
-                                f"is {qlang}; the multilingual lane stands in")
-        else:
-            vec = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=max(cfg.vector_depth, k),
-                              exact=bool(filters.document_ids))
-            lanes.insert(0, (vec, lane_weight("vector", cfg, foreign=foreign)))
-
-        stats = corpus_configs(conn) if cfg.keyword else []
-        names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
-        configs = sorted({s.name for s in stats} | set(names.configs if names else ()))
+def _vector_lanes(call: _Call, multilingual: Embedder | None) -> None:
+    """Owns the query embeddings and the two vector lanes: the multilingual one first (its hits
+    decide whether an English-only primary model may stand aside), then the primary one."""
+    conn, cfg, stages, timings = call.conn, call.cfg, call.stages, call.timings
+    embedder, multi, breaker, text = call.embedder, call.multi, call.breaker, call.text
+    depth, exact = max(cfg.vector_depth, call.k), bool(call.filters.document_ids)
+    if not cfg.multilingual:
+        stages["multilingual"] = "off"
+    elif multi is None:
+        stages["multilingual"] = ("off: the primary model is the multilingual one"
+                                  if multilingual is _DEFAULT and multilingual_embedder() is not None
+                                  else "off: LIBRARY_EMBED_MULTILINGUAL=off")
+    elif call.vector_bypassed:
+        stages["multilingual"] = "skipped: " + breaker.describe("vector")
+    else:
         t = time.perf_counter()
-        lexemes = query_lexemes(conn, text, configs)
-        timings["lexemes"] = _ms(t)
-        query_sets = {c: set(v) for c, v in lexemes.items()}
-        if configs and not any(lexemes.values()):
-            warnings.append("the query has no searchable words (only stopwords, punctuation or symbols): "
-                            "results are the passages nearest in meaning, nothing more")
+        call.mvec = multi.encode_queries([text])[0]
+        timings["embed_multilingual"] = _ms(t)
+        call.mvh = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate, depth=depth,
+                               exact=exact, column="multilingual", name="multilingual")
+        call.lanes.append((call.mvh, lane_weight("multilingual", cfg)))
 
-        if cfg.keyword:
-            kw, resp.keyword_trace = keyword_lane(conn, lexemes, stats, predicate, cfg,
-                                                   narrow=bool(filters.document_ids),
-                                                   filtered=not filters.is_empty)
-            lanes.append((kw, lane_weight("keyword", cfg)))
-        else:
-            stages["keyword"] = "off"
-        if cfg.structure and names is not None:
-            st = structure_lane(conn, text, names, query_sets, predicate, depth=cfg.structure_depth)
-            if st is not None:
-                lanes.append((st, cfg.structure_weight))
-        if cfg.title and names is not None:
-            tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (vec, mvh, kw) if h],
-                            depth=cfg.title_depth, min_terms=cfg.title_min_terms,
-                            min_query_share=cfg.title_query_share)
-            lanes.append((tl, cfg.title_weight))
-        elif not cfg.title:
-            stages["title"] = "off"
-        for hits, _ in lanes:
-            stages[hits.name] = hits.status
-            timings[hits.name] = hits.ms
-
+    # an English-only model is left out for a query it cannot read when the
+    # multilingual lane found passages to stand in with (a library not yet embedded
+    # by the second model keeps the primary lane)
+    foreign = bool(call.mvh) and cfg.language_aware and not call.primary_reads
+    primary_on = cfg.vector and (not foreign or cfg.vector_weight_foreign > 0)
+    if (primary_on or (cfg.summaries and call.mvec is None)) and not call.vector_bypassed:
         t = time.perf_counter()
-        scripts: dict[int, str] = {}
-        if cfg.language_aware and mvh:
-            scripts = _scripts(conn, sorted({pid for h, _ in lanes if h.name in ("vector", "keyword", "multilingual")
-                                             for pid in h.ids}))
-        fused, lanes, stages["fusion"] = fuse(lanes, cfg, scripts=scripts, query_script=script(text),
-                                              primary_reads=primary_reads, primary_monolingual=languages is not None)
-        for hits, _ in lanes:
-            stages[hits.name] = hits.status
-        timings["fusion"] = _ms(t)
-        resp.pool_size = len(fused)
+        call.qvec = embedder.encode_queries([text])[0]
+        timings["embed"] = _ms(t)
+    if not cfg.vector:
+        stages["vector"] = "off"
+    elif call.vector_bypassed:
+        stages["vector"] = "skipped: " + breaker.describe("vector")
+    elif not primary_on:
+        stages["vector"] = (f"skipped: {embedder.name} reads {', '.join(call.languages or ())} only, the query "
+                            f"is {call.resp.query_language}; the multilingual lane stands in")
+    else:
+        call.vec = vector_lane(conn, embedder.name, embedder.dims, call.qvec, call.predicate, depth=depth,
+                               exact=exact)
+        call.lanes.insert(0, (call.vec, lane_weight("vector", cfg, foreign=foreign)))
 
-        summaries = None
-        if not cfg.summaries:
-            stages["summaries"] = "off"
-        elif mvec is not None and mvh and (not primary_reads or qvec is None):
-            # a query the primary model cannot read: summaries by the multilingual model
-            summaries = vector_lane(conn, multi.name, multi.dims, mvec, predicate, depth=cfg.summaries_k,
-                                    summaries=True, exact=bool(filters.document_ids), column="multilingual")
-            stages["summaries"], timings["summaries"] = summaries.status, summaries.ms
-        elif qvec is None:
-            stages["summaries"] = "skipped: vector lane unavailable"
-        else:
-            summaries = vector_lane(conn, embedder.name, embedder.dims, qvec, predicate, depth=cfg.summaries_k,
-                                    summaries=True, exact=bool(filters.document_ids))
-            stages["summaries"], timings["summaries"] = summaries.status, summaries.ms
-            pending = conn.execute(
-                "SELECT count(*) FILTER (WHERE b.document_id IS NULL OR b.version <> d.version), count(*) "
-                "FROM documents d LEFT JOIN raptor_builds b ON b.document_id = d.id "
-                "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
-            if pending[0]:
-                # summaries follow each ingest by themselves; until then say so, not nothing
-                stages["summaries"] += (f"; summary trees pending for {pending[0]} of {pending[1]} files "
-                                        "(built automatically after ingest)")
 
-        use_rerank = cfg.rerank and reranker is not None and not breaker.is_open("rerank") and len(fused) > 1
-        t = time.perf_counter()
-        wanted = [f.id for f in (fused if use_rerank else fused[:k])] + (summaries.ids if summaries else [])
-        rows = _hydrate(conn, wanted)
-        timings["hydrate"] = _ms(t)
-        pool_reason = None
-        if not fused and (vec is not None or mvh is not None) and filters.is_empty:
-            pool_reason = _empty_pool_reason(conn, embedder.name, predicate)
-            if pool_reason is None:
-                warnings.append("the library has no passages yet")
+def _text_lanes(call: _Call) -> None:
+    """Owns the lanes that read words: the query's lexemes per text-search configuration in
+    use, then the keyword (BM25), structure and title lanes."""
+    conn, cfg, filters, predicate, stages = call.conn, call.cfg, call.filters, call.predicate, call.stages
+    stats = corpus_configs(conn) if cfg.keyword else []
+    names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
+    configs = sorted({s.name for s in stats} | set(names.configs if names else ()))
+    t = time.perf_counter()
+    lexemes = query_lexemes(conn, call.text, configs)
+    call.timings["lexemes"] = _ms(t)
+    query_sets = {c: set(v) for c, v in lexemes.items()}
+    if configs and not any(lexemes.values()):
+        call.warnings.append("the query has no searchable words (only stopwords, punctuation or symbols): "
+                             "results are the passages nearest in meaning, nothing more")
 
-    # -- stage two: rerank the whole fused pool (outside the read transaction) --
-    ordered: list[tuple[Fused, float]] = [(f, f.score) for f in fused]
-    rerank_reason = None
+    if cfg.keyword:
+        call.kw, call.resp.keyword_trace = keyword_lane(conn, lexemes, stats, predicate, cfg,
+                                                        narrow=bool(filters.document_ids),
+                                                        filtered=not filters.is_empty)
+        call.lanes.append((call.kw, lane_weight("keyword", cfg)))
+    else:
+        stages["keyword"] = "off"
+    if cfg.structure and names is not None:
+        st = structure_lane(conn, call.text, names, query_sets, predicate, depth=cfg.structure_depth)
+        if st is not None:
+            call.lanes.append((st, cfg.structure_weight))
+    if cfg.title and names is not None:
+        tl = title_lane(conn, names, query_sets, predicate, filters, [h for h in (call.vec, call.mvh, call.kw) if h],
+                        depth=cfg.title_depth, min_terms=cfg.title_min_terms,
+                        min_query_share=cfg.title_query_share)
+        call.lanes.append((tl, cfg.title_weight))
+    elif not cfg.title:
+        stages["title"] = "off"
+    for hits, _ in call.lanes:
+        stages[hits.name] = hits.status
+        call.timings[hits.name] = hits.ms
+
+
+def _fuse(call: _Call) -> None:
+    """Owns fusion's input (each hit's script when the multilingual lane ran) and its output:
+    the fused pool, and each lane's status as fusion left it."""
+    cfg, stages = call.cfg, call.stages
+    t = time.perf_counter()
+    scripts: dict[int, str] = {}
+    if cfg.language_aware and call.mvh:
+        scripts = passage_scripts(call.conn, sorted({pid for h, _ in call.lanes
+                                                     if h.name in ("vector", "keyword", "multilingual")
+                                                     for pid in h.ids}))
+    call.fused, call.lanes, stages["fusion"] = fuse(call.lanes, cfg, scripts=scripts, query_script=script(call.text),
+                                                    primary_reads=call.primary_reads,
+                                                    primary_monolingual=call.languages is not None)
+    for hits, _ in call.lanes:
+        stages[hits.name] = hits.status
+    call.timings["fusion"] = _ms(t)
+    call.resp.pool_size = len(call.fused)
+
+
+def _summaries(call: _Call) -> None:
+    """Owns the summaries lane (RAPTOR rows, ranked apart from passages) and the note that
+    summary trees are still being built."""
+    conn, cfg, stages, timings = call.conn, call.cfg, call.stages, call.timings
+    exact = bool(call.filters.document_ids)
+    if not cfg.summaries:
+        stages["summaries"] = "off"
+    elif call.mvec is not None and call.mvh and (not call.primary_reads or call.qvec is None):
+        # a query the primary model cannot read: summaries by the multilingual model
+        multi = call.multi
+        call.summaries = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate,
+                                     depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual")
+        stages["summaries"], timings["summaries"] = call.summaries.status, call.summaries.ms
+    elif call.qvec is None:
+        stages["summaries"] = "skipped: vector lane unavailable"
+    else:
+        embedder = call.embedder
+        call.summaries = vector_lane(conn, embedder.name, embedder.dims, call.qvec, call.predicate,
+                                     depth=cfg.summaries_k, summaries=True, exact=exact)
+        stages["summaries"], timings["summaries"] = call.summaries.status, call.summaries.ms
+        pending = conn.execute(
+            "SELECT count(*) FILTER (WHERE b.document_id IS NULL OR b.version <> d.version), count(*) "
+            "FROM documents d LEFT JOIN raptor_builds b ON b.document_id = d.id "
+            "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
+        if pending[0]:
+            # summaries follow each ingest by themselves; until then say so, not nothing
+            stages["summaries"] += (f"; summary trees pending for {pending[0]} of {pending[1]} files "
+                                    "(built automatically after ingest)")
+
+
+def _hydrate_pool(call: _Call) -> None:
+    """Owns loading the rows to return (the whole fused pool when it will be reranked, else the
+    top k, plus the summaries), and why an unfiltered search found nothing."""
+    cfg, fused = call.cfg, call.fused
+    call.use_rerank = (cfg.rerank and call.reranker is not None and not call.breaker.is_open("rerank")
+                       and len(fused) > 1)
+    t = time.perf_counter()
+    wanted = [f.id for f in (fused if call.use_rerank else fused[:call.k])] + (
+        call.summaries.ids if call.summaries else [])
+    call.rows = hydrate(call.conn, wanted)
+    call.timings["hydrate"] = _ms(t)
+    if not fused and (call.vec is not None or call.mvh is not None) and call.filters.is_empty:
+        call.pool_reason = empty_pool_reason(call.conn, call.embedder.name, call.predicate)
+        if call.pool_reason is None:
+            call.warnings.append("the library has no passages yet")
+
+
+def _rerank(call: _Call) -> None:
+    """Owns stage two: the cross-encoder reorders the whole fused pool; when it is off, open,
+    unloaded or fails, the fused order stands and the stage says why."""
+    cfg, stages, reranker, rows = call.cfg, call.stages, call.reranker, call.rows
+    call.ordered = [(f, f.score) for f in call.fused]
     if not cfg.rerank:
         stages["rerank"] = "off"
     elif reranker is None:
         stages["rerank"] = ("skipped: LIBRARY_RERANKER is set but the model failed to load (see server log)"
                             if load_error() else SKIPPED)
-    elif breaker.is_open("rerank"):
-        stages["rerank"] = "skipped: " + breaker.describe("rerank")
-    elif use_rerank:
+    elif call.breaker.is_open("rerank"):
+        stages["rerank"] = "skipped: " + call.breaker.describe("rerank")
+    elif call.use_rerank:
         t = time.perf_counter()
-        pool = [f for f in fused if f.id in rows]
-        texts = [embed_text_for_passage(rows[f.id][3], rows[f.id][9], rows[f.id][10]) for f in pool]
+        pool = [f for f in call.fused if f.id in rows]
+        texts = [embed_text_for_passage(rows[f.id][TITLE], rows[f.id][HEADING], rows[f.id][CONTENT]) for f in pool]
         try:
-            scores = reranker.score(text, texts)
-            ordered = sorted(zip(pool, scores), key=lambda fs: (-fs[1], -fs[0].score, fs[0].id))
-            resp.score_kind = "cross-encoder"
+            scores = reranker.score(call.text, texts)
+            call.ordered = sorted(zip(pool, scores), key=lambda fs: (-fs[1], -fs[0].score, fs[0].id))
+            call.resp.score_kind = "cross-encoder"
             stages["rerank"] = f"ok: {reranker.name} reranked the whole pool of {len(pool)}"
             if is_uniform(scores):
-                rerank_reason = f"uniform cross-encoder scores ({scores[0]:.4f}) over {len(scores)} passages"
+                call.rerank_reason = f"uniform cross-encoder scores ({scores[0]:.4f}) over {len(scores)} passages"
         except Exception as exc:  # the fused order is still a good answer
             log.exception("cross-encoder %s failed; keeping the fused order", reranker.name)
             stages["rerank"] = f"failed: {type(exc).__name__}; fused order kept"
-        timings["rerank"] = _ms(t)
+        call.timings["rerank"] = _ms(t)
     else:
         stages["rerank"] = "skipped: fewer than 2 candidates"
 
-    resp.results = [_result(rows[f.id], score, f.lanes, f) for f, score in ordered if f.id in rows][:k]
-    if summaries:
-        resp.summaries = [_result(rows[pid], s, {"summaries": i})
-                          for i, (pid, s) in enumerate(zip(summaries.ids, summaries.scores), start=1)
-                          if pid in rows]
 
-    # -- bookkeeping: breaker counts and the query log --------------------------
+def _assemble(call: _Call) -> None:
+    """Owns the answer's lists: the top k passages in their final order, and the summaries."""
+    rows = call.rows
+    call.resp.results = [to_result(rows[f.id], score, f.lanes, f) for f, score in call.ordered if f.id in rows][:call.k]
+    if call.summaries:
+        call.resp.summaries = [to_result(rows[pid], s, {"summaries": i})
+                               for i, (pid, s) in enumerate(zip(call.summaries.ids, call.summaries.scores), start=1)
+                               if pid in rows]
+
+
+def _log(call: _Call) -> None:
+    """Owns the bookkeeping, in its own short transaction: what was degenerate, the breaker
+    counts, the query log row, and a warning for each open breaker."""
+    resp, vec, filters = call.resp, call.vec, call.filters
     observations: dict[str, str | None] = {}
     if vec is not None:
         observations["vector"] = (f"uniform vector similarities ({vec.scores[0]:.4f}) over {len(vec)} passages"
                                   if is_uniform(vec.scores) else None)
         if filters.is_empty:
-            observations["pool"] = pool_reason
+            observations["pool"] = call.pool_reason
     if resp.score_kind == "cross-encoder":
-        observations["rerank"] = rerank_reason
-    timings["total"] = _ms(started)
-    if breaker.available:
+        observations["rerank"] = call.rerank_reason
+    call.timings["total"] = _ms(call.started)
+    if call.breaker.available:
         try:
-            with conn.transaction():
-                resp.health = health.record(conn, breaker, observations, text)
-                if cfg.log_queries:
-                    health.log_search(conn, query=text, top_k=k, filters=filters.to_dict(), config=cfg.label,
-                                      returned=len(resp.results), pool=len(fused),
-                                      lanes={h.name: len(h) for h, _ in lanes}, timings=timings,
+            with call.conn.transaction():
+                resp.health = health.record(call.conn, call.breaker, observations, call.text)
+                if call.cfg.log_queries:
+                    health.log_search(call.conn, query=call.text, top_k=call.k, filters=filters.to_dict(),
+                                      config=call.cfg.label, returned=len(resp.results), pool=len(call.fused),
+                                      lanes={h.name: len(h) for h, _ in call.lanes}, timings=call.timings,
                                       degenerate="; ".join(r for r in observations.values() if r) or None,
                                       results=[{"id": r.passage_id, "lanes": r.lanes} for r in resp.results])
         except psycopg.Error as exc:
             log.warning("search bookkeeping failed (%s); results are unaffected", exc)
     for comp, info in resp.health.items():
         if info["state"] == "open":
-            warnings.append(f"circuit breaker '{comp}' is open: {info['last_reason']}")
-    return resp
+            call.warnings.append(f"circuit breaker '{comp}' is open: {info['last_reason']}")
