@@ -20,16 +20,17 @@ _lock = threading.Lock()
 
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
-    # the domain packages are imported here: the enrich package binds its `llm`
-    # resource from the settings when it is imported
+    # the domain packages are imported here, so importing this module stays cheap
     from library_pipeline.defs import enrich, ingest, memory, ops, vault
     from library_pipeline.defs import eval as eval_defs
+    from library_pipeline.defs.enrich.resources import GeneratorResource
 
     settings = settings or get_settings()
     resources = {
         "library_db": LibraryDatabase.from_settings(settings),
         "embedder": EmbedderResource.from_settings(settings),
         "vault": vault.VaultResource.from_settings(settings),
+        "llm": GeneratorResource.from_settings(settings),
     }
     return dg.Definitions.merge(ingest.defs, memory.defs, eval_defs.defs, ops.defs, vault.defs, enrich.defs,
                                  dg.Definitions(resources=resources))

@@ -104,17 +104,18 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
     import dagster as dg
 
     from library_pipeline.dagster_home import prepare_dagster_home
-    from library_pipeline.defs.enrich.assets import ENRICH_TAGS, knowledge_graph, raptor_tree
+    from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
     from library_pipeline.defs.enrich.resources import GeneratorResource
     from library_pipeline.defs.ingest.partitions import library_files_partitions
     from library_pipeline.ingest_runner import QUIET_RUN_CONFIG
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
+    from library_pipeline.run_plan import ENRICH_LANE, range_tags
     from serving.db import Database
-    from serving.settings import Settings
+    from serving.settings import get_settings
 
     if only not in (None, "raptor", "graph"):
         fail("--only must be raptor or graph")
-    settings = Settings.from_env()
+    settings = get_settings()
     db = Database(settings)
     try:
         prepare_dagster_home(db)
@@ -133,8 +134,7 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
         resources = {"library_db": LibraryDatabase.from_settings(settings),
                      "embedder": EmbedderResource.from_settings(settings),
                      "llm": GeneratorResource.from_settings(settings)}
-        tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1],
-                "library/reason": "cli", **ENRICH_TAGS}
+        tags = {**range_tags(keys), "library/reason": "cli", **ENRICH_LANE}
         result = dg.materialize(assets, instance=instance, resources=resources, tags=tags, run_config=run_config,
                                 raise_on_error=False)
         for asset in assets:

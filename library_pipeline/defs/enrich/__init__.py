@@ -1,18 +1,17 @@
 """The enrich stage: RAPTOR summary trees and the knowledge graph.
 Merge with `dg.Definitions.merge(..., enrich.defs, ...)` in
-library_pipeline/definitions.py; it needs `library_db` and `embedder` from
-there and brings its own `llm` resource (LIBRARY_LLM_* settings)."""
+library_pipeline/definitions.py; it needs `library_db`, `embedder` and `llm`
+(GeneratorResource, from the LIBRARY_LLM_* settings) from there."""
 
 import dagster as dg
 
-from library_pipeline.defs.enrich.assets import ENRICH_TAGS, knowledge_graph, raptor_tree
+from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
 from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed, raptor_trees_current
-from library_pipeline.defs.enrich.resources import GeneratorResource
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from serving.settings import Settings
+from library_pipeline.run_plan import ENRICH_LANE, range_tags
 
 enrich_job = dg.define_asset_job(
-    "enrich_files", selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_TAGS,
+    "enrich_files", selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_LANE,
     description="RAPTOR trees (unchanged files skip) and a budgeted knowledge-graph pass over library files.")
 
 NIGHTLY_BUDGET = 5000  # passages per night: ~1 min of English extraction idle, ~2.5 min loaded (docs/enrichment.md)
@@ -24,7 +23,7 @@ NIGHTLY_BUDGET = 5000  # passages per night: ~1 min of English extraction idle, 
 # by default, so `library up` / `dagster dev` enrich a fresh library with no command.
 enrich_automation = dg.AutomationConditionSensorDefinition(
     "enrich_follows_ingest", target=dg.AssetSelection.assets(raptor_tree, knowledge_graph),
-    run_tags=ENRICH_TAGS, default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+    run_tags=ENRICH_LANE, default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
     description="Brings summary trees and the graph of every new or changed file up to date after its ingest.")
 
 
@@ -40,15 +39,9 @@ def enrich_nightly(context: dg.ScheduleEvaluationContext):
     return dg.RunRequest(
         run_key=None,
         run_config={"ops": {"knowledge_graph": {"config": {"budget": NIGHTLY_BUDGET}}}},
-        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1],
-              "library/reason": "nightly", **ENRICH_TAGS})
-
-
-def _llm() -> GeneratorResource:
-    return GeneratorResource.from_settings(Settings.from_env())
+        tags={**range_tags(keys), "library/reason": "nightly", **ENRICH_LANE})
 
 
 defs = dg.Definitions(assets=[raptor_tree, knowledge_graph],
                       asset_checks=[kg_vocabulary_closed, kg_no_dangling, raptor_trees_current],
-                      jobs=[enrich_job], schedules=[enrich_nightly], sensors=[enrich_automation],
-                      resources={"llm": _llm()})
+                      jobs=[enrich_job], schedules=[enrich_nightly], sensors=[enrich_automation])

@@ -18,16 +18,16 @@ annotations at definition time.
 import dagster as dg
 from pydantic import Field
 
-from library_pipeline.dagster_home import ENRICH_POOL, LANE_TAG
 from library_pipeline.defs.enrich.kg_store import collect_orphans, kg_step
 from library_pipeline.defs.enrich.raptor import raptor_step
 from library_pipeline.defs.enrich.resources import GeneratorResource
 from library_pipeline.defs.ingest.assets import OWNERS, _each, _report, _sum, embeddings
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.run_plan import ENRICH_LANE, ENRICH_POOL
 
 GROUP = "enrich"
-ENRICH_TAGS = {LANE_TAG: "enrich"}
+ENRICH_TAGS = ENRICH_LANE  # the name benchmarks/graph_quality.py imports; new code takes run_plan.ENRICH_LANE
 # Dagster's eager() plus the backlog: eager() requests only partitions that become
 # missing after its first evaluation, and `library up` ingests the library before the
 # daemon's first tick, so with eager() alone a fresh library was never enriched
@@ -69,7 +69,7 @@ class GraphConfig(dg.Config):
     group_name=GROUP,
     kinds={"python", "postgres", "pgvector", "scikitlearn"},
     owners=OWNERS,
-    op_tags=ENRICH_TAGS,
+    op_tags=ENRICH_LANE,
     pool=ENRICH_POOL,
     automation_condition=FOLLOWS_INGEST,
     description="RAPTOR summary tree per file: k-means clusters of the passage embeddings (~16 per cluster, "
@@ -98,7 +98,7 @@ def raptor_tree(context: dg.AssetExecutionContext, config: RaptorConfig, library
     group_name=GROUP,
     kinds={"python", "postgres", "spacy"},
     owners=OWNERS,
-    op_tags=ENRICH_TAGS,
+    op_tags=ENRICH_LANE,
     pool=ENRICH_POOL,
     automation_condition=FOLLOWS_INGEST,
     description="Knowledge graph per file, incremental: at most `budget` passages per run, each batch committed "
