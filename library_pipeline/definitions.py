@@ -25,9 +25,13 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     from library_pipeline.defs import eval as eval_defs
     from library_pipeline.defs.enrich.resources import GeneratorResource
 
+    # an external DSN goes to Dagster as an EnvVar only when the settings are this
+    # process's own (the variable then holds the same DSN); given settings bind values
+    from_environment = settings is None
     settings = settings or get_settings()
     resources = {
-        "library_db": LibraryDatabase.from_settings(settings),
+        "library_db": (LibraryDatabase.for_definitions(settings) if from_environment
+                       else LibraryDatabase.from_settings(settings)),
         "embedder": EmbedderResource.from_settings(settings),
         "vault": vault.VaultResource.from_settings(settings),
         "llm": GeneratorResource.from_settings(settings),

@@ -3,6 +3,13 @@
 Both wrap plain classes from `serving` (which must deploy without Dagster),
 so the pipeline and the search side share one connection factory and one
 definition of how text is embedded.
+
+Two ways to build them from `Settings`: `from_settings` gives plain values, for the
+CLI runners that call `dg.materialize` in-process with resources they built; the code
+location's Definitions use `for_definitions`, which binds an external DSN as
+`dg.EnvVar`, so the Dagster UI's resource config shows the variable's name, not a
+password. Dagster resolves it in each run's process, from the same variable the
+settings read.
 """
 
 from __future__ import annotations
@@ -32,8 +39,20 @@ class LibraryDatabase(dg.ConfigurableResource):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LibraryDatabase:
+        """Plain values: for use outside a code location (the CLI runners)."""
         return cls(library_dir=str(settings.library_dir), home=str(settings.home), dsn=settings.db_dsn or "",
                    max_file_bytes=settings.max_file_bytes, ocr_languages=settings.ocr_languages)
+
+    @classmethod
+    def for_definitions(cls, settings: Settings) -> LibraryDatabase:
+        """For a code location's Definitions: an external DSN as `dg.EnvVar("LIBRARY_DB_DSN")`.
+        Only for settings read from this process's environment (`get_settings()`), where
+        the variable holds the DSN the settings carry."""
+        resource = cls.from_settings(settings)
+        if not settings.db_dsn:
+            return resource
+        return cls(library_dir=resource.library_dir, home=resource.home, dsn=dg.EnvVar("LIBRARY_DB_DSN"),
+                   max_file_bytes=resource.max_file_bytes, ocr_languages=resource.ocr_languages)
 
     @property
     def settings(self) -> Settings:

@@ -31,20 +31,25 @@ def _library_name(arg: ast.AST | None) -> bool:
     return isinstance(arg, (ast.Name, ast.Attribute))
 
 
-def _env_reads(tree: ast.AST) -> list[int]:
-    """Lines that read a LIBRARY_* variable: os.environ.get / os.getenv / dg.EnvVar /
-    os.environ[...]. Other variables (PATH, DAGSTER_HOME, USER) belong to other programs."""
+def _env_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, expression) of each read of a LIBRARY_* variable: os.environ.get / os.getenv /
+    dg.EnvVar / os.environ[...]. Other variables (PATH, DAGSTER_HOME, USER) belong to other programs."""
     lines = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args:
             f = ast.unparse(node.func)
             if f in ("os.environ.get", "os.getenv", "environ.get", "dg.EnvVar", "EnvVar") \
                     and _library_name(node.args[0]):
-                lines.append(node.lineno)
+                lines.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ" \
                 and isinstance(node.ctx, ast.Load) and _library_name(node.slice):
-            lines.append(node.lineno)
+            lines.append((node.lineno, ast.unparse(node)))
     return lines
+
+
+# Dagster resolves an EnvVar in each run's process; the code location binds the
+# database DSN that way so the UI does not show it (LibraryDatabase.for_definitions)
+DAGSTER_ENV_VARS = {"library_pipeline/resources.py": ["dg.EnvVar('LIBRARY_DB_DSN')"]}
 
 
 def test_environment_is_read_in_settings_only():
@@ -52,7 +57,10 @@ def test_environment_is_read_in_settings_only():
     for rel, tree in _sources():
         if rel == "serving/settings.py":
             continue
-        found += [f"{rel}:{line}" for line in _env_reads(tree)]
+        reads = _env_reads(tree)
+        if [call for _, call in reads] == DAGSTER_ENV_VARS.get(rel):
+            reads = []
+        found += [f"{rel}:{line}" for line, _ in reads]
     assert found == [], "environment read outside serving/settings.py:\n" + "\n".join(found)
 
 
@@ -101,3 +109,33 @@ def test_importing_the_code_locations_reads_no_environment(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "late: LIBRARY_MAX_FILE_MB must be an integer" in out.stdout
+
+
+def test_the_code_location_shows_the_dsn_variable_and_a_run_resolves_it(db, monkeypatch):
+    """An external DSN (it may hold a password) reaches the Dagster UI as the variable's
+    name; a run of the code location's resource still connects to that database."""
+    import dagster as dg
+    import psycopg
+
+    from library_pipeline.definitions import build_definitions
+
+    dsn = db.settings.db_dsn
+    monkeypatch.setenv("LIBRARY_DB_DSN", dsn)
+    monkeypatch.setenv("LIBRARY_HOME", str(db.settings.home))
+    monkeypatch.setenv("LIBRARY_DIR", str(db.settings.library_dir))
+    defs = build_definitions()
+    shown = defs.get_repository_def().get_top_level_resources()["library_db"].config_schema.default_value
+    assert shown["dsn"] == {"env": "LIBRARY_DB_DSN"}
+    assert dsn not in repr(shown)
+    # settings given by the caller are bound as values (no variable holds them)
+    given = build_definitions(db.settings).get_repository_def().get_top_level_resources()["library_db"]
+    assert given.config_schema.default_value["dsn"] == dsn
+
+    @dg.asset(required_resource_keys={"library_db"})   # this module's annotations are strings
+    def probe(context) -> str:
+        with context.resources.library_db.get().connect() as conn:
+            return conn.execute("SELECT current_database()").fetchone()[0]
+
+    result = dg.materialize([probe], resources={"library_db": defs.resources["library_db"]})
+    assert result.success
+    assert result.output_for_node("probe") == psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
