@@ -13,8 +13,9 @@ import json
 import pytest
 from mcp import Client
 
-from library_pipeline.defs.enrich.extract import tidy_person
-from library_pipeline.defs.enrich.kg_store import kg_step, plan_file_merges
+from library_pipeline.defs.enrich.passage_graph import tidy_person
+from library_pipeline.defs.enrich.kg_file_resolution import plan_file_merges
+from library_pipeline.defs.enrich.kg_store import kg_step
 from library_pipeline_tests.enrich_fixtures import instance, partition_keys  # noqa: F401 (fixture)
 from library_pipeline_tests.ingest_helpers import ingest, write
 from serving import graph

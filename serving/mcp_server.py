@@ -35,7 +35,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
-from serving import graph
+from serving import graph_tools
 from serving.mcp_descriptions import (
     FILES_DESCRIPTION,
     INSTRUCTIONS,
@@ -134,7 +134,7 @@ def build_server(library: Library | None = None, *, stdio_identity: Viewer | Non
     def memory_get(id: int | str, ctx: Context | None = None) -> dict[str, Any]:
         return _memory_call("memory_get", lambda: memsvc.memory_get(lib, caller_identity(ctx, stdio_identity), id))
 
-    graph.register_tools(server, lib)  # library_entity / _related / _path / _subgraph
+    graph_tools.register_tools(server, lib)  # library_entity / _related / _path / _subgraph
     server.library = lib  # type: ignore[attr-defined]  # for warm-up and shutdown
     return server
 

@@ -5,9 +5,9 @@ Resolution: a name is normalised by the SQL function kg_normalise_name (the
 read path uses the same function), then matched exactly against entity names
 and known aliases; failing that, against existing names by edit distance
 (rapidfuzz), bounded by the name's length - at most 1 edit from 8 characters,
-2 from 12, none below 8. The brief's bound is 2; applying it to short names
-merged different people ("Hosmer" / "Homer", "Mary" / "Mark" are one or two
-edits apart), so short names must match exactly. A fuzzy match also needs a
+2 from 12, none below 8. A flat bound of 2 merged different people ("Hosmer" /
+"Homer", "Mary" / "Mark" are one or two edits apart), so short names must
+match exactly. A fuzzy match also needs a
 compatible type (same, or one side `other`) and is recorded as an alias.
 
 An entity's type is the majority of its mentions' canonical types (`other`
@@ -16,13 +16,13 @@ Conan Doyle" an ORG in one sentence and a PERSON in the next.
 
 Each batch of passages is one transaction together with the progress row, so
 an interrupted run loses at most the batch in flight and the next run resumes
-where the last commit left off.
+where the last commit left off. After a file's last batch, its person names are
+merged within the file (kg_file_resolution).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections import Counter, defaultdict
 
@@ -30,9 +30,11 @@ from psycopg.types.json import Jsonb
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
-from library_pipeline.defs.enrich.extract import PassageGraph, extract_graphs
-from library_pipeline.defs.enrich.gender import GENDERED_FORMS, name_gender
+from library_pipeline.defs.enrich.extract import extract_graphs
 from library_pipeline.defs.enrich.gender import compatible as gender_compatible
+from library_pipeline.defs.enrich.gender import name_gender
+from library_pipeline.defs.enrich.kg_file_resolution import resolve_within_file
+from library_pipeline.defs.enrich.passage_graph import PassageGraph
 from library_pipeline.defs.ingest.store import StepResult, ingested_document
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
@@ -179,197 +181,6 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
             if limit:
                 choices[entity_id] = (key, mine)
     return ids
-
-
-# -- resolution within one file -------------------------------------------------------
-#
-# A novel names a person many ways: "Sherlock Holmes" (20 mentions in the Holmes
-# stories), "Holmes" (436), "Mr. Holmes"; «Петр Андреевич Гринев», «Петр Андреич»,
-# «Гринев». Forms of address are stripped at extraction; what is left is merged
-# here, once the whole file is extracted: a shorter person name whose words are
-# an ordered part of exactly one longer person name of the same file becomes an
-# alias of it. A word shared by several full names («Гринев»: the narrator and his
-# father) is ambiguous: its mentions in this file are dropped rather than given
-# to either man, and a lookup of it answers with the candidates.
-
-# a short name said this many times as often as all the full names it could extend
-# together is not made ambiguous by them ("McCarthy" 30 beside James 6 and Charles 1
-# is; «Гринёв» 19 beside the father's and the son's full names, 2 and 3, is)
-RARE_FULL_NAMES = 20
-_PATRONYMIC = re.compile(r"(?:ович|евич|ич|ыч)$")
-
-
-def _word_key(word: str) -> str:
-    """Colloquial and full Russian patronymics compare equal: «андреич» ~
-    «андреевич», «иваныч» ~ «иванович», «кузмич» ~ «кузьмич»."""
-    if len(word) > 5 and re.search(r"[а-я]", word):
-        stem = _PATRONYMIC.sub("", word)
-        if stem != word:
-            return stem.rstrip("еоь").replace("ь", "") + "~"
-    return word
-
-
-def _ordered_part(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
-    if len(short) >= len(long):
-        return False
-    it = iter(long)
-    return all(word in it for word in short)
-
-
-def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Person names of one file (normalised name -> mentions in the file) ->
-    ({name: the name it merges into}, {ambiguous name: candidate full names}).
-    Names with the same words (patronymic forms and forms of address aside) merge
-    into the most mentioned one; a full name mentioned once does not compete with
-    one mentioned five times or more (a tagger's one-off like "Holmes Watson").
-    A name never merges into one of the other gender ("Miss Turner" is not "John
-    Turner"; see gender.py for where gender comes from)."""
-    gender = {n: name_gender(n) for n in names}
-    # initials and gendered forms of address do not make a name longer:
-    # «а и швабрин» is «швабрин», "mr sherlock holmes" is "sherlock holmes"
-    keys = {n: tuple(_word_key(w) for w in n.split() if len(w) > 1 and w not in GENDERED_FORMS) or (n,)
-            for n in names}
-    # a lone Russian surname in an oblique case the lemmatiser did not know («Швабрина»,
-    # 34 mentions beside «Швабрин», 68) is the name said at least as often without the
-    # ending; only lone names: inside a full name («Марья Миронова») the ending is hers
-    for n in names:
-        if re.fullmatch(r"[а-я]{4,}", n):
-            stem = next((n[:-len(e)] for e in ("ым", "ом", "а", "у", "е") if n.endswith(e)
-                         and n[:-len(e)] in names and names[n[:-len(e)]] >= names[n]), None)
-            if stem:
-                keys[n] = keys[stem]
-    merges: dict[str, str] = {}
-    ambiguous: dict[str, list[str]] = {}
-    # same words, same gender (or none told): one class, named by its most mentioned name
-    canonical: dict[tuple, str] = {}
-    for n in sorted(names, key=lambda n: (-names[n], n)):
-        canonical.setdefault((keys[n], gender[n]), n)
-    for n in names:
-        if canonical[(keys[n], gender[n])] != n:
-            merges[n] = canonical[(keys[n], gender[n])]
-    heads = list(canonical.values())
-    # a gendered name ("Mrs. Hudson", "Mr. Sherlock Holmes") joins the same words said
-    # without a form when the file says those words with one gender only; where that
-    # name then goes is checked by the guard below ("Miss Turner" stays out of "John
-    # Turner" even though "Turner" is his)
-    for n in heads:
-        if gender[n] is None:
-            continue
-        plain = canonical.get((keys[n], None))
-        told = {gender[m] for m in names if keys[m] == keys[n]} - {None}
-        if plain is not None and len(told) == 1:
-            merges[n] = plain
-    heads = [n for n in heads if n not in merges]
-    for n in heads:
-        # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
-        longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()
-                  and gender_compatible(gender[n], gender[m])]
-        if not longer:
-            continue
-        maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
-        # a tagger's one-off beside a real full name does not make a name shared:
-        # "Sometimes Holmes" (2) beside "Sherlock Holmes" (20) had "Holmes" (436)
-        # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts
-        top = max(names[m] for m in maximal)
-        maximal = [m for m in maximal if names[m] * 8 >= top]
-        if len(maximal) > 1 and names[n] >= RARE_FULL_NAMES * sum(names[m] for m in maximal):
-            # full names this rare beside the short one are variants said in passing, not
-            # rivals: «Пугачёв» (156 mentions in «Капитанская дочка») beside «Емельян
-            # Пугачёв» (2) and «Емелька Пугачёв» (1) was dropped as ambiguous. The short
-            # name stays an entity of its own; the full names keep theirs.
-            continue
-        if len(maximal) > 1:
-            ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
-        # a full name said once never absorbs a name said five times or more: "Alice
-        # Rucastle" (1 mention) took "Rucastle" (30), her father
-        elif names[maximal[0]] > 1 or names[n] < 5:
-            merges[n] = maximal[0]
-
-    def final(n: str) -> str:
-        seen = {n}
-        while n in merges and merges[n] not in seen:
-            n = merges[n]
-            seen.add(n)
-        return n
-
-    for n in list(merges):
-        merges[n] = final(n)
-    for n in ambiguous:
-        merges.pop(n, None)
-    for n, target in list(merges.items()):
-        # the plain name is ambiguous (its mentions are dropped): a gendered name that
-        # joined it picks the one full name of its gender, or is ambiguous among them
-        if target in ambiguous:
-            merges.pop(n)
-            fits = [m for m in ambiguous[target] if gender_compatible(gender[n], gender[m])]
-            if len(fits) == 1:
-                merges[n] = fits[0]
-            elif fits:
-                ambiguous[n] = fits
-    # last guard: no entity ends with names of both genders; a target that tells none
-    # takes the gender said most often of the names merged into it
-    said: dict[str, Counter] = defaultdict(Counter)
-    for n, target in merges.items():
-        if gender[n] is not None:
-            said[target][gender[n]] += names[n]
-    for n, target in list(merges.items()):
-        told = gender[target] or (max(sorted(said[target]), key=lambda g: said[target][g]) if said[target] else None)
-        if not gender_compatible(gender[n], told):
-            merges.pop(n)
-    return merges, ambiguous
-
-
-def resolve_within_file(conn, document_id: int) -> tuple[int, int]:
-    """Apply plan_file_merges to this file's person entities. Returns (merged, ambiguous)."""
-    rows = conn.execute(
-        "SELECT e.id, e.name, e.name_norm, s.mentions FROM entity_sources s JOIN entities e ON e.id = s.entity_id "
-        "WHERE s.document_id = %s AND e.type = 'person'", (document_id,)).fetchall()
-    by_norm = {r[2]: (r[0], r[1], r[3]) for r in rows}
-    merges, ambiguous = plan_file_merges({n: v[2] for n, v in by_norm.items()})
-    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
-    for short, full in merges.items():
-        _move_contributions(conn, document_id, by_norm[short][0], by_norm[full][0], by_norm[short][1])
-    for short, fulls in ambiguous.items():
-        _move_contributions(conn, document_id, by_norm[short][0], None, by_norm[short][1])
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO entity_alias_candidates (alias_norm, entity_id, document_id) "
-                            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                            [(short, by_norm[f][0], document_id) for f in fulls])
-    return len(merges), len(ambiguous)
-
-
-def _move_contributions(conn, document_id: int, source: int, target: int | None, alias: str) -> None:
-    """Give `source`'s mentions and edges in this file to `target` (None: drop them);
-    `source` is deleted once no file mentions it, its name then an alias of `target`."""
-    moved = conn.execute("DELETE FROM entity_sources WHERE entity_id = %s AND document_id = %s RETURNING mentions",
-                         (source, document_id)).fetchone()
-    count = moved[0] if moved else 0
-    if target is not None:
-        conn.execute(
-            "INSERT INTO relations (source_id, target_id, relation, relation_raw, document_id, count, evidence, "
-            "extractor) SELECT s, t, relation, relation_raw, document_id, count, evidence, extractor FROM ("
-            "  SELECT CASE WHEN extractor = 'cooccurrence' THEN least(a, b) ELSE a END AS s,"
-            "         CASE WHEN extractor = 'cooccurrence' THEN greatest(a, b) ELSE b END AS t, r.* FROM ("
-            "    SELECT CASE WHEN source_id = %(src)s THEN %(dst)s ELSE source_id END AS a,"
-            "           CASE WHEN target_id = %(src)s THEN %(dst)s ELSE target_id END AS b, relation, relation_raw,"
-            "           document_id, count, evidence, extractor FROM relations"
-            "    WHERE document_id = %(doc)s AND (source_id = %(src)s OR target_id = %(src)s)) r) m WHERE s <> t "
-            "ON CONFLICT (source_id, target_id, relation, relation_raw, document_id) "
-            "DO UPDATE SET count = relations.count + EXCLUDED.count",
-            {"src": source, "dst": target, "doc": document_id})
-        conn.execute("INSERT INTO entity_sources (entity_id, document_id, mentions) VALUES (%s, %s, %s) "
-                     "ON CONFLICT (entity_id, document_id) DO UPDATE SET mentions = entity_sources.mentions + "
-                     "EXCLUDED.mentions", (target, document_id, count))
-        conn.execute("UPDATE entities SET mentions = mentions + %s, updated_at = now() WHERE id = %s",
-                     (count, target))
-    conn.execute("DELETE FROM relations WHERE document_id = %s AND (source_id = %s OR target_id = %s)",
-                 (document_id, source, source))
-    conn.execute("UPDATE entities SET mentions = greatest(0, mentions - %s) WHERE id = %s", (count, source))
-    orphan = conn.execute("DELETE FROM entities e WHERE id = %s AND NOT EXISTS (SELECT 1 FROM entity_sources s "
-                          "WHERE s.entity_id = e.id) RETURNING name_norm", (source,)).fetchone()
-    if orphan and target is not None:
-        conn.execute("INSERT INTO entity_aliases (alias_norm, entity_id, alias) VALUES (%s, %s, %s) "
-                     "ON CONFLICT (alias_norm) DO NOTHING", (orphan[0], target, alias))
 
 
 def forget_document(conn, document_id: int) -> None:

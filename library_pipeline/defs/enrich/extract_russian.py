@@ -1,0 +1,100 @@
+"""Russian extraction: natasha NER (PER / LOC / ORG) with names lemmatised to the
+nominative by pymorphy3 ("Гринёва" and "Гринёвым" are one node), plus co-occurrence.
+natasha's own MorphVocab needs pymorphy2, which imports pkg_resources and
+inspect.getargspec and so fails on Python 3.11 with current setuptools; pymorphy3 is
+its maintained fork with the same API.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from library_pipeline.defs.enrich.passage_graph import (
+    NOT_NAMES,
+    PassageGraph,
+    clean_name,
+    cooccur,
+    person_name,
+    tidy_person,
+)
+
+_LOCK = threading.Lock()
+_MODELS: dict[str, object] = {}
+
+
+def natasha_models():
+    with _LOCK:
+        if "ru" not in _MODELS:
+            import pymorphy3
+            from natasha import NewsEmbedding, NewsNERTagger, Segmenter
+
+            _MODELS["ru"] = (Segmenter(), NewsNERTagger(NewsEmbedding()), pymorphy3.MorphAnalyzer(lang="ru"))
+        return _MODELS["ru"]
+
+
+_NAME_TAGS = ("Name", "Surn", "Patr", "Geox", "Orgn", "Trad")
+
+
+def lemmatise_russian(name: str, morph) -> str:
+    """Each word to the nominative, keeping gender and number: «Белогорской
+    крепости» -> «Белогорская крепость», «Гринёвым» -> «Гринёв»."""
+    words = []
+    # the first name decides the gender of the surname: «Маша Миронова» is not «Миронов»
+    gender = None
+    for word in name.split():
+        first = next((p for p in morph.parse(word) if "Name" in p.tag), None)
+        if first is not None:
+            gender = first.tag.gender
+            break
+    for word in name.split():
+        if not re.search(r"[А-Яа-яЁё]", word):
+            words.append(word)
+            continue
+        parses = morph.parse(word)
+        named = [p for p in parses if any(t in p.tag for t in _NAME_TAGS)]
+        named = [p for p in named if p.tag.number != "plur"] or named  # «Швабрин», not «Швабрины»
+        if gender is not None:
+            named = [p for p in named if p.tag.gender in (gender, None)] or named
+        elif len(name.split()) == 1:
+            # a lone surname in an oblique case: «Пугачева», «Швабрина» are the genitive of
+            # «Пугачев», «Швабрин», not a woman's nominative (measured on «Капитанская
+            # дочка»: 55 and 32 mentions had split off as separate people). Women in
+            # such prose are named by first name and patronymic, which keep their gender.
+            named = [p for p in named if p.tag.gender == "masc"] or named
+        best = named[0] if named else parses[0]
+        inflected = best.inflect({"nomn"}) if "nomn" not in best.tag else best
+        form = inflected.word if inflected is not None else word.lower()
+        words.append(form[:1].upper() + form[1:] if word[:1].isupper() else form)
+    return " ".join(words)
+
+
+def russian_graphs(texts: list[str]) -> list[PassageGraph]:
+    from natasha import Doc
+
+    segmenter, tagger, morph = natasha_models()
+    out = []
+    for text in texts:
+        graph = PassageGraph()
+        doc = Doc(text)
+        doc.segment(segmenter)
+        doc.tag_ner(tagger)
+        for sent in doc.sents:
+            named = []
+            for span in doc.spans:
+                if span.start >= sent.start and span.stop <= sent.stop:
+                    name, label = clean_name(span.text), span.type
+                    addressed = person_name(name) if name else None
+                    if addressed:
+                        name, label = addressed, "PER"
+                    if name and label == "PER":
+                        name = tidy_person(name)
+                    if name:
+                        name = lemmatise_russian(name, morph)
+                        if name.lower() in NOT_NAMES:
+                            continue
+                        named.append((name, label))
+                        graph.mentions[(name, label)] += 1
+            cooccur(graph, named, sent.text.strip()[:500])
+        out.append(graph)
+    return out

@@ -1,0 +1,112 @@
+"""What every extractor returns, and the name rules they share.
+
+A `PassageGraph` holds raw labels and names as a passage states them; the English,
+Russian and LLM extractors (extract_english, extract_russian, extract) all clean
+names with the rules below, and kg_store maps labels onto the closed vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from library_pipeline.defs.enrich.gender import form_gender
+from serving.ontology import FORM_OF_ADDRESS
+
+MAX_PER_SENTENCE = 6          # co-occurrence pairs grow quadratically; lists of names add noise, not edges
+
+
+@dataclass
+class Edge:
+    source: str
+    source_type: str
+    relation_raw: str
+    target: str
+    target_type: str
+    evidence: str
+    extractor: str
+
+
+@dataclass
+class PassageGraph:
+    mentions: Counter = field(default_factory=Counter)   # (name, type_raw) -> count
+    edges: list[Edge] = field(default_factory=list)
+
+
+# Forms of address that name a person without being part of the name: "Mr. Hyde",
+# "Edward Hyde" and "Hyde" are one man. Measured on the Sherlock Holmes EPUB before
+# this: "Mr. Holmes", "Holmes" and "Sherlock Holmes" were three entities.
+HONORIFIC = FORM_OF_ADDRESS
+
+
+def clean_name(text: str) -> str | None:
+    name = re.sub(r"\s+", " ", text).strip(" \t\n\"'“”‘’«»()[]{}.,;:!?-—–")
+    name = re.sub(r"(?i)^(the|a|an)\s+", "", name)
+    name = re.sub(r"['’]s$", "", name).strip()
+    if len(name) < 2 or len(name) > 80 or not re.search(r"[^\W\d_]", name):
+        return None
+    return name
+
+
+# Words of address that the tagger takes for names ("His Majesty" was the 10th
+# most mentioned "person" of the Sherlock Holmes stories).
+NOT_NAMES = {"majesty", "highness", "excellency", "lordship", "ladyship", "honour", "honor", "sir", "madam",
+             "miss", "mr", "mrs", "dr", "mister", "said", "матушка", "батюшка", "сударь", "сударыня"}
+
+
+
+_LEAD_WORDS = {"ah", "oh", "this", "that", "poor", "dear", "old", "young", "little", "good", "well", "yes", "no",
+               "and", "but", "then", "awake", "now", "why", "here", "there", "come", "see"}
+_PARTICLE = re.compile(r"-(?:то|ка|де|с|таки)\b", re.IGNORECASE)
+
+
+def tidy_person(name: str) -> str | None:
+    """A person span as the tagger cut it, without what is not the name: the words
+    before a comma ("Ah, Watson"), an opening interjection or pronoun ("This John
+    Openshaw"), Russian particles («Марья-то Ивановна», «Пугачёв-то») and lowercase
+    words inside («Пугачёв то», «бесстыдство Швабрина»), and a stray conjunction
+    letter («А Марья Ивановна»; initials keep their full stop: «А. И. Швабрин»)."""
+    name = _PARTICLE.sub("", name).split(",")[-1]
+    words = name.split()
+    keep = [w for w in words if not re.search(r"[а-яё]", w[:1]) or not re.search(r"[а-яёА-ЯЁ]", w)]
+    words = keep if any(w[:1].isupper() for w in keep) else words
+    while len(words) > 1 and (words[0].lower() in _LEAD_WORDS or (len(words[0]) == 1 and words[0].isalpha())):
+        words = words[1:]
+    while len(words) > 1 and words[-1][:1].islower():   # "Alice and"
+        words = words[:-1]
+    name = clean_name(" ".join(words))
+    return person_name(name) or name if name else None
+
+
+def person_name(text: str) -> str | None:
+    """The person name of a span with a form of address, else None: a form of address
+    marks a person whatever label the tagger gave the span. The form goes ("Colonel
+    Lysander Stark" -> "Lysander Stark", "Mr. Sherlock Holmes" -> "Sherlock Holmes")
+    except a gendered form before a surname alone, which stays for resolution to read:
+    "Miss Turner" (his daughter) is not "John Turner", "Lady St. Simon" is not "Lord
+    St. Simon"."""
+    found = HONORIFIC.match(text)
+    if not found:
+        return None
+    rest = clean_name(text[found.end():])
+    if not rest or not rest[:1].isupper():
+        return None
+    form = found.group(0).strip()
+    surname_alone = len([w for w in rest.split() if w.lower().rstrip(".") not in _SURNAME_PARTICLES]) == 1
+    return f"{form} {rest}" if form_gender(form) and surname_alone else rest
+
+
+# words that belong to a surname rather than make a second name ("St. Simon", "de Vere")
+_SURNAME_PARTICLES = {"st", "de", "von", "van", "der", "du", "la", "le", "di", "da"}
+
+
+def cooccur(graph: PassageGraph, named: list[tuple[str, str]], evidence: str) -> None:
+    distinct: dict[str, str] = {}
+    for name, label in named:
+        distinct.setdefault(name, label)
+    items = list(distinct.items())[:MAX_PER_SENTENCE]
+    for (a, al), (b, bl) in combinations(items, 2):
+        if a.lower() != b.lower():
+            graph.edges.append(Edge(a, al, "co-occurs with", b, bl, evidence, "cooccurrence"))
