@@ -174,8 +174,7 @@ def regression(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Score the fixed regression query set on the live library (what the asset check does)."""
-    from library_pipeline.defs.eval.checks import lanes_config
-    from library_pipeline.eval.regression import load_query_set, score_query_set
+    from library_pipeline.eval.regression import lanes_config, load_query_set, score_query_set
     from serving.db import Database
 
     qs = load_query_set(query_set)

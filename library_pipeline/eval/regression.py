@@ -27,10 +27,19 @@ import psycopg
 from library_pipeline.eval.metrics import aggregate, per_query, ranking_to_run
 from serving.embedding import Embedder
 from serving.search import SearchConfig, search
+from serving.search.types import LANES, check_lanes
 
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
 DEFAULT_QUERY_SET = QUERIES_DIR / "example_library.json"
 CHECK_METRICS = ("p@5", "ndcg@10", "mrr@10")
+
+
+def lanes_config(disable: list[str]) -> SearchConfig:
+    """The configuration the regression set is scored with: no reranker, no summaries,
+    nothing logged, the lanes in `disable` switched off (SearchError for an unknown one)."""
+    check_lanes(disable)
+    switches = {lane: lane not in disable for lane in LANES}
+    return SearchConfig(rerank=False, summaries=False, log_queries=False, label="regression-check", **switches)
 
 
 @dataclass

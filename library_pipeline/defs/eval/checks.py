@@ -6,7 +6,7 @@ No `from __future__ import annotations` here: Dagster reads the Config and
 resource annotations at definition time.
 
 All checks hang off the `embeddings` asset (the step that makes passages live).
-Two invariants the issue lists live with the ingest checks already and are not
+Two invariants search depends on live with the ingest checks and are not
 repeated here: `passages_use_current_model` (embeddings) and `lexeme_df_fresh`
 (lexeme_df).
 """
@@ -16,10 +16,8 @@ from typing import List
 import dagster as dg
 from pydantic import Field
 
-from library_pipeline.eval.regression import CHECK_METRICS, load_query_set, score_query_set
+from library_pipeline.eval.regression import CHECK_METRICS, lanes_config, load_query_set, score_query_set
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
-from serving.search import SearchConfig
-from serving.search.types import LANES, check_lanes
 from serving.settings import get_settings
 
 EMBEDDINGS = dg.AssetKey("embeddings")
@@ -32,12 +30,6 @@ class RetrievalCheckConfig(dg.Config):
                                      description="Lanes to switch off (vector, multilingual, keyword, title, structure), "
                                                  "to see what each contributes.")
     top_k: int = Field(default=10)
-
-
-def lanes_config(disable: List[str]) -> SearchConfig:
-    check_lanes(disable)
-    switches = {lane: lane not in disable for lane in LANES}
-    return SearchConfig(rerank=False, summaries=False, log_queries=False, label="regression-check", **switches)
 
 
 @dg.asset_check(asset=EMBEDDINGS, blocking=False,
