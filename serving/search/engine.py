@@ -11,6 +11,11 @@ picks the altitude instead.
 Reads happen in one transaction (one snapshot, and the transaction-local HNSW
 settings); reranking runs after it commits; the log row and breaker counts
 are written in a second, short transaction.
+
+`search` reads as its stages, in order: `_parse` → `_plan` → `_vector_lanes` →
+`_text_lanes` → `_fuse` → `_summaries` → `_hydrate_pool` (inside the read
+transaction) → `_rerank` → `_assemble` → `_log`. Each stage fills its part of one
+call's state (`_Call`) and says in its docstring what it owns.
 """
 
 from __future__ import annotations
