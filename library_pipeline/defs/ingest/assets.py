@@ -33,8 +33,8 @@ OWNERS = ["team:library"]
 
 # Rows of the per-file table in a step's metadata. A range run writes one
 # materialization per partition, each carrying the whole range's metadata: with 200
-# rows, a 200-file range stored 600 copies of a ~20 KB table (event storage was ~13 ms
-# per event, 25 s of a 376 s run of 300 files). Failures are listed in full below it.
+# rows, a 200-file range stored 600 copies of a ~20 KB table in the event log.
+# Failures are listed in full below it.
 PER_FILE_ROWS = 40
 
 
