@@ -87,6 +87,7 @@ def measure(workers: int, files: int, base_env: dict[str, str], tmp: Path) -> di
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not start")
             time.sleep(0.5)
+        load_before = open("/proc/loadavg").read().split()[:3]
         started = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "library_pipeline.celery_ingest", "ingest",
                               "--parallel", str(workers)], env=env, cwd=str(REPO), capture_output=True, text=True)
@@ -103,7 +104,8 @@ def measure(workers: int, files: int, base_env: dict[str, str], tmp: Path) -> di
             log.close()
     return {"workers": workers, "files": summary["files"], "ingested": summary["ingested"],
             "failed": summary["failed"], "passages": summary["passages"], "runs": len(summary["runs"]),
-            "wall_s": round(wall, 2), "files_per_s": round(summary["files"] / wall, 3)}
+            "wall_s": round(wall, 2), "files_per_s": round(summary["files"] / wall, 3),
+            "loadavg_before": load_before, "loadavg_after": open("/proc/loadavg").read().split()[:3]}
 
 
 def main() -> None:

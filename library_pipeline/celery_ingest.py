@@ -23,6 +23,13 @@ Failure isolation, in three layers:
   celery reports WorkerLostError, the run fails) is run again once: files that
   finished skip on their content hash, the file that was being written had not
   committed its swap (one transaction per file), so it is redone from scratch;
+- a run whose step was running on a worker that is gone as a whole (its main
+  process killed too, the machine lost: with early acks the task is lost with it,
+  no result ever comes and the run would wait forever) is found by the launcher's
+  watchdog: the worker that started the step (its "Executing steps" event in the
+  run's event log) no longer answers celery pings. The run's orchestrator is
+  stopped, the run is marked failed with that reason and run again, on the workers
+  that remain;
 - a range that fails twice is split into one run per unfinished file, and a file
   whose own run still cannot finish is recorded `failed` with the run's error.
 """
@@ -35,7 +42,10 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -108,11 +118,14 @@ def load_run_config(path: Path = DEFAULT_RUN_CONFIG) -> dict:
 
 # -- one run ---------------------------------------------------------------------------
 
-def execute_range(first: str, last: str, run_config: dict, reason: str = "celery") -> tuple[bool, str, str]:
+def execute_range(first: str, last: str, run_config: dict, reason: str = "celery",
+                  attempt: str | None = None) -> tuple[bool, str, str]:
     """One range run through the celery executor, in this process (the run's
     orchestrator: it submits the steps and waits for their results).
     Returns (success, run id, error text)."""
     tags = {"library/reason": reason}
+    if attempt:
+        tags[ATTEMPT_TAG] = attempt
     if first == last:
         tags["dagster/partition"] = first
     else:
@@ -127,17 +140,154 @@ def execute_range(first: str, last: str, run_config: dict, reason: str = "celery
         return result.success, result.run_id, error
 
 
-def _launch(first: str, last: str, config_path: Path, reason: str) -> dict:
+ATTEMPT_TAG = "library/attempt"   # one per launch: the watchdog finds the run by it
+WATCH_EVERY_S = 5.0               # how often the watchdog looks at a run in flight
+WORKER_LOST_AFTER_S = 20.0        # a worker missing from every ping for this long is gone
+NO_WORKER_TIMEOUT_S = 600.0       # no worker at all answered for this long: the run cannot go on
+
+
+def _broker_urls(run_config: dict) -> tuple[str | None, str | None]:
+    """The executor's broker and result backend, as the run config gives them ({env: VAR} or a URL)."""
+    config = (run_config.get("execution") or {}).get("config") or {}
+
+    def value(raw):
+        if isinstance(raw, dict) and "env" in raw:
+            return os.environ.get(raw["env"])
+        return raw
+
+    return value(config.get("broker")), value(config.get("backend"))
+
+
+class WorkerRoster:
+    """Which celery workers answer a ping; one ping at most every WATCH_EVERY_S for
+    all the runs in flight (the launcher's threads share it)."""
+
+    def __init__(self, broker: str | None, backend: str | None) -> None:
+        from celery import Celery
+
+        self.app = Celery("library-watchdog", broker=broker, backend=backend)
+        self._lock = threading.Lock()
+        self.last_seen: dict[str, float] = {}
+        self.first_ping: float | None = None   # the first ping that got through the broker
+        self.last_ping: float | None = None
+        self.last_any: float | None = None     # the last time any worker answered
+
+    def refresh(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self.last_ping is not None and now - self.last_ping < WATCH_EVERY_S:
+                return
+            try:
+                replies = self.app.control.ping(timeout=2.0)
+            except Exception as exc:  # the broker itself is unreachable: say nothing about workers
+                log.warning("watchdog: celery ping failed (%s: %s)", type(exc).__name__, exc)
+                return
+            now = time.monotonic()
+            self.first_ping = self.first_ping or now
+            self.last_ping = now
+            for reply in replies:
+                for name in reply:
+                    self.last_seen[name] = now
+            if replies:
+                self.last_any = now
+
+    def gone(self, worker: str) -> bool:
+        """True when pings have got through for WORKER_LOST_AFTER_S and `worker` answered none of them."""
+        if self.last_ping is None:
+            return False
+        seen = self.last_seen.get(worker, self.first_ping)
+        return self.last_ping - seen >= WORKER_LOST_AFTER_S
+
+    def none_left(self) -> bool:
+        if self.last_ping is None:
+            return False
+        return self.last_ping - (self.last_any or self.first_ping) >= NO_WORKER_TIMEOUT_S
+
+
+def _step_on_worker(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str] | None:
+    """(step key, worker) of the run's step a celery worker started and has not
+    finished: the worker writes an "Executing steps … in celery worker" engine event
+    (with its node name) to the run's event log when it starts the step."""
+    from dagster._core.events import DagsterEventType
+
+    started: dict[str, str] = {}
+    finished: set[str] = set()
+    records = instance.get_records_for_run(
+        run_id, of_type={DagsterEventType.ENGINE_EVENT, DagsterEventType.STEP_SUCCESS,
+                         DagsterEventType.STEP_FAILURE}).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None or not event.step_key:
+            continue
+        if event.event_type == DagsterEventType.ENGINE_EVENT:
+            metadata = event.engine_event_data.metadata or {}
+            worker = metadata.get("Celery worker")
+            if worker is not None:
+                started[event.step_key] = str(getattr(worker, "value", worker))
+        else:
+            finished.add(event.step_key)
+    running = [(key, worker) for key, worker in started.items() if key not in finished]
+    return running[-1] if running else None
+
+
+def _lost(instance: dg.DagsterInstance, roster: WorkerRoster, attempt: str) -> tuple[dg.DagsterRun, str] | None:
+    """The run of this launch and why it cannot finish, or None while it can."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={ATTEMPT_TAG: attempt}), limit=1)
+    if not runs or runs[0].is_finished:
+        return None
+    run = runs[0]
+    roster.refresh()
+    holder = _step_on_worker(instance, run.run_id)
+    if holder is not None and roster.gone(holder[1]):
+        return run, (f"celery worker {holder[1]} was lost while running step {holder[0]} "
+                     f"(no answer to pings for {WORKER_LOST_AFTER_S:.0f} s)")
+    if roster.none_left():
+        return run, f"no celery worker answered for {NO_WORKER_TIMEOUT_S:.0f} s"
+    return None
+
+
+def _launch(first: str, last: str, config_path: Path, reason: str, roster: WorkerRoster | None = None) -> dict:
     """A range run in its own process: Dagster's run orchestration is not made for
-    several runs in one interpreter at once."""
-    proc = subprocess.run([sys.executable, "-m", "library_pipeline.celery_ingest", "run-range", first, last,
-                           "--config", str(config_path), "--reason", reason],
-                          capture_output=True, text=True, cwd=str(REPO))
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    several runs in one interpreter at once. With `roster`, a watchdog stops the run
+    when the worker running its step is gone (see `_lost`)."""
+    attempt = uuid.uuid4().hex
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.celery_ingest", "run-range", first, last,
+                                 "--config", str(config_path), "--reason", reason, "--attempt", attempt],
+                                stdout=out, stderr=err, text=True, cwd=str(REPO))
+        lost = None
+        if roster is None:
+            proc.wait()
+        else:
+            with dg.DagsterInstance.get() as instance:
+                while proc.poll() is None:
+                    try:
+                        proc.wait(timeout=WATCH_EVERY_S)
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
+                    try:
+                        lost = _lost(instance, roster, attempt)
+                    except Exception as exc:  # the watchdog must never be what stops a run
+                        log.warning("watchdog: %s: %s", type(exc).__name__, exc)
+                        continue
+                    if lost is not None:
+                        run, why = lost
+                        log.warning("run %s (%s..%s): %s; stopping it", run.run_id, first, last, why)
+                        # the orchestrator only waits for a result that will never come: SIGTERM
+                        # would make it wait for that result before exiting
+                        proc.kill()
+                        proc.wait()
+                        instance.report_run_failed(run, why)
+                        return {"success": False, "run_id": run.run_id, "error": why, "lost": True}
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if lines:
         return json.loads(lines[-1])
     return {"success": False, "run_id": "", "error": f"launcher exited {proc.returncode}: "
-            + " ".join(proc.stderr.split()[-60:])}
+            + " ".join(stderr.split()[-60:])}
 
 
 # -- a library ---------------------------------------------------------------------------
@@ -166,9 +316,10 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
     batch = batch or max(1, -(-len(wanted) // (2 * parallel)))  # two rounds per worker
     spans = [wanted[i:i + batch] for i in range(0, len(wanted), batch)]
     history: list[dict] = []
+    roster = WorkerRoster(*_broker_urls(load_run_config(config_path)))
 
     def attempt(span: list[str], reason: str) -> dict:
-        outcome = _launch(span[0], span[-1], config_path, reason)
+        outcome = _launch(span[0], span[-1], config_path, reason, roster)
         outcome.update(first=span[0], last=span[-1], files=len(span), reason=reason)
         history.append(outcome)
         return outcome
@@ -180,7 +331,12 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
         if _unfinished(db, span):
             log.warning("range %s..%s did not finish (%s); running it again", span[0], span[-1],
                         outcome.get("error"))
-            attempt(span, "celery-retry")
+            outcome = attempt(span, "celery-retry")
+        if outcome.get("error", "").startswith("no celery worker answered"):
+            # a run per file would wait as long again for each: the files fail now, with the reason
+            for key in _unfinished(db, span):
+                record_failure_by_key(db, key, f"could not be ingested: {outcome['error']}")
+            return
         for key in _unfinished(db, span):
             single = attempt([key], "celery-single")
             if key in _unfinished(db, [key]):
@@ -203,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("last")
     one.add_argument("--config", type=Path, default=DEFAULT_RUN_CONFIG)
     one.add_argument("--reason", default="celery")
+    one.add_argument("--attempt", default=None, help="tag the run with this attempt id (the watchdog's handle)")
     worker = sub.add_parser("worker", help="a celery worker for these runs: `dagster-celery worker start` "
                                            "with DAGSTER_HOME prepared for the library's database")
     worker.add_argument("--config", type=Path, default=DEFAULT_RUN_CONFIG)
@@ -227,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                    "-n", args.name, "--", "--pool", "prefork", "--concurrency", "1", *args.celery_args]
         os.execv(command[0], command)
     if args.command == "run-range":
-        success, run_id, error = execute_range(args.first, args.last, load_run_config(args.config), args.reason)
+        success, run_id, error = execute_range(args.first, args.last, load_run_config(args.config), args.reason,
+                                               args.attempt)
         print(json.dumps({"success": success, "run_id": run_id, "error": error}))
         return 0 if success else 1
     summary = run_ingest_celery(db, config_path=args.config, parallel=args.parallel, batch=args.batch)

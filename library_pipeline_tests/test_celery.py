@@ -1,8 +1,9 @@
 """Dagster's celery executor with a real broker: two `dagster-celery` workers in
 their own processes, Redis, and the run storage in the external PostgreSQL
 (so the workers and the launcher share it). One hostile file among good ones,
-and one worker's step process SIGKILLed mid-run: the hostile file fails alone
-with its reason, the killed step's run is retried, no file is half-written.
+one worker's step process SIGKILLed mid-run, then the other worker killed as a
+whole: the hostile file fails alone with its reason, both killed steps' runs are
+retried (the second found by the launcher's watchdog), no file is half-written.
 
 Needs the services of `scripts/services.py` (LIBRARY_TEST_PG_DSN, LIBRARY_CELERY_BROKER);
 `make test` starts them.
@@ -107,6 +108,11 @@ class Worker:
         return [p for p in psutil.Process(self.proc.pid).children(recursive=True)
                 if "ForkPoolWorker" in " ".join(p.cmdline()) or p.parent() and p.parent().pid != self.proc.pid]
 
+    def kill(self) -> None:
+        """The whole worker at once: dagster-celery, the celery main process, its pool."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(20)
+
     def stop(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)  # the group this test started: dagster-celery, celery, pool
@@ -140,22 +146,31 @@ def test_two_celery_workers_hostile_file_and_a_killed_worker(server_db, tmp_path
             [sys.executable, "-m", "library_pipeline.celery_ingest", "ingest", "--parallel", "2", "--batch", "6"],
             env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # kill one worker's step process once, while it is running a step and some
-        # files of the library are already in (so the kill lands mid-run)
-        killed = None
+        # files of the library are already in (so the kill lands mid-run); then the
+        # other worker as a whole (main process and pool: its task is lost with it)
+        # while it runs a step
+        killed = gone = None
         deadline = time.monotonic() + 600
-        while killed is None and launcher.poll() is None and time.monotonic() < deadline:
-            with db.connect() as conn:
-                done = conn.execute("SELECT count(*) FROM documents WHERE status = 'ingested'").fetchone()[0]
-            busy = [w for w in workers if w.busy()] if done >= 1 else []
-            if busy:
-                victims = busy[0].pool_processes()
-                if victims:
-                    for p in victims:
-                        p.send_signal(signal.SIGKILL)
-                    killed = busy[0]
+        while gone is None and launcher.poll() is None and time.monotonic() < deadline:
+            if killed is None:
+                with db.connect() as conn:
+                    done = conn.execute("SELECT count(*) FROM documents WHERE status = 'ingested'").fetchone()[0]
+                busy = [w for w in workers if w.busy()] if done >= 1 else []
+                if busy:
+                    victims = busy[0].pool_processes()
+                    if victims:
+                        for p in victims:
+                            p.send_signal(signal.SIGKILL)
+                        killed = busy[0]
+            else:
+                other = next(w for w in workers if w is not killed)
+                if other.busy():
+                    other.kill()
+                    gone = other
             time.sleep(0.3)
         out, err = launcher.communicate(timeout=900)
-        assert killed is not None, "the run ended before a worker could be killed:\n" + err[-3000:]
+        assert killed is not None and gone is not None, \
+            "the run ended before both workers could be killed:\n" + err[-3000:]
         summary = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
 
         # the kill was seen by celery and the killed step's run was retried
@@ -166,6 +181,16 @@ def test_two_celery_workers_hostile_file_and_a_killed_worker(server_db, tmp_path
         runs = summary["runs"]
         assert any(not r["success"] for r in runs), runs
         assert any(r["reason"] == "celery-retry" and r["success"] for r in runs), runs
+        # the run whose worker was lost as a whole was found by the launcher's watchdog
+        # (without it the launcher waits forever for the lost task's result), failed with
+        # the reason, and run again on the worker that remained
+        lost = [r for r in runs if r.get("lost")]
+        assert lost and all(gone.name in r["error"] and "was lost while running step" in r["error"]
+                            for r in lost), runs
+        with psycopg.connect(env["LIBRARY_DAGSTER_DSN"].replace("postgresql+psycopg2", "postgresql")) as conn:
+            statuses = dict(conn.execute("SELECT run_id, status FROM runs").fetchall())
+        assert all(statuses[r["run_id"]] == "FAILURE" for r in lost), (lost, statuses)
+        assert not [s for s in statuses.values() if s in ("STARTED", "STARTING", "QUEUED")], statuses
         # both workers executed steps
         for w in workers:
             assert re.search(r"Task execute_plan\[[0-9a-f-]+\] succeeded", w.text()), w.name

@@ -1,5 +1,5 @@
 """Many small files in one range run: their passages are embedded across files
-in one encode call, and each file is still its own unit - a hostile file fails
+in one encode call per model, and each file is still its own unit - a hostile file fails
 alone, every other file's passages are exactly its chunks, with the vectors the
 model gives for those texts."""
 
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dagster as dg
 import numpy as np
+import pytest
 
+from library_pipeline.defs.ingest.store import ReusedConnection
 from library_pipeline.ingest_runner import run_ingest
-from serving.embedding import embed_text_for_passage
+from serving.embedding import embed_text_for_passage, multilingual_embedder
 
 TOPICS = ["tidal energy in narrow straits", "sourdough starter hydration", "glacier retreat in the Alps",
           "bicycle frame geometry", "Byzantine coin hoards", "octopus camouflage"]
@@ -37,22 +39,55 @@ def test_small_files_are_embedded_in_one_batch_and_stay_atomic(db, embedder):
                     meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
     assert summary["ingested"] == 24 and summary["failed"] == 1, summary
     assert summary["failures"][0][0] == "broken.pdf"
-    # all 24 files' passages in one encode call
+    # all 24 files' passages in one encode call per model (both vector lanes)
     assert meta["batched_encode_calls"] == 1 and meta["embedded"] == meta["passages"] > 0, meta
+    assert meta["batched_encode_calls_multilingual"] == 1, meta
+    assert meta["embedded_multilingual"] == meta["passages"], meta
 
     with db.connect() as conn:
         rows = conn.execute(
-            "SELECT d.path, d.title, c.heading, c.content, p.embedding, "
+            "SELECT d.path, d.title, c.heading, c.content, p.embedding, p.embedding_multi, "
             "       (SELECT count(*) FROM chunks c2 WHERE c2.document_id = d.id), "
             "       (SELECT count(*) FROM passages p2 WHERE p2.document_id = d.id AND p2.summary_level = 0) "
             "FROM documents d JOIN chunks c ON c.document_id = d.id "
             "JOIN passages p ON p.document_id = d.id AND p.ordinal = c.ordinal AND p.summary_level = 0 "
             "WHERE d.status = 'ingested' ORDER BY d.path, c.ordinal").fetchall()
     assert {r[0] for r in rows} == {f"note-{i:02d}.txt" for i in range(24)}
-    assert all(r[5] == r[6] for r in rows)  # each file: passages == chunks
-    # the vectors are the model's for each file's own texts (batching changes padding only)
+    assert all(r[6] == r[7] for r in rows)  # each file: passages == chunks
+    # the vectors are each model's for each file's own texts (batching changes padding only)
     texts = [embed_text_for_passage(r[1], r[2], r[3]) for r in rows]
-    alone = embedder.encode_passages(texts[:3])
-    stored = np.array([r[4].to_list() for r in rows[:3]], dtype=np.float32)
-    cosine = (alone * stored).sum(axis=1) / (np.linalg.norm(alone, axis=1) * np.linalg.norm(stored, axis=1))
-    assert cosine.min() > 0.99, cosine
+    for model, column in ((embedder, 4), (multilingual_embedder(), 5)):
+        alone = model.encode_passages(texts[:3])
+        stored = np.array([r[column].to_list() for r in rows[:3]], dtype=np.float32)
+        cosine = (alone * stored).sum(axis=1) / (np.linalg.norm(alone, axis=1) * np.linalg.norm(stored, axis=1))
+        assert cosine.min() > 0.99, (model.name, cosine)
+
+
+def test_reused_connection_keeps_each_block_atomic_and_replaces_a_dropped_connection(db):
+    """The range steps share one connection: each block still commits or rolls back
+    on its own, and a connection the server dropped is replaced, not reused."""
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE reuse_probe (x int)")
+    seen = lambda: {r[0] for r in db.connect().execute("SELECT x FROM reuse_probe").fetchall()}  # noqa: E731
+    with ReusedConnection(db) as shared:
+        with pytest.raises(ZeroDivisionError):
+            with shared.transaction() as conn:
+                first_pid = conn.info.backend_pid
+                conn.execute("INSERT INTO reuse_probe VALUES (1)")
+                1 / 0
+        with shared.transaction() as conn:
+            conn.execute("INSERT INTO reuse_probe VALUES (2)")
+        with shared.connect() as conn:
+            conn.execute("INSERT INTO reuse_probe VALUES (3)")
+            assert conn.info.backend_pid == first_pid  # one connection for all blocks
+        with pytest.raises(ZeroDivisionError):
+            with shared.connect() as conn:
+                conn.execute("INSERT INTO reuse_probe VALUES (4)")
+                1 / 0
+        assert seen() == {2, 3}  # committed at each block's end, the failed blocks rolled back
+        with db.connect() as other:
+            other.execute("SELECT pg_terminate_backend(%s, 10000)", (first_pid,))  # waits for its exit
+        with shared.transaction() as conn:
+            assert conn.info.backend_pid != first_pid
+            conn.execute("INSERT INTO reuse_probe VALUES (5)")
+    assert seen() == {2, 3, 5}

@@ -19,15 +19,23 @@ import dagster as dg
 import numpy as np
 
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.defs.ingest.store import (StepResult, chunk_step, embed_step, extract_step,
-                                                record_failure_by_key)
+from library_pipeline.defs.ingest.store import (ReusedConnection, StepResult, chunk_step, embed_step,
+                                                extract_step, record_failure_by_key)
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.db import Database
 from serving.embedding import embed_text_for_passage, sha256
+from serving.passage_writer import PassageWriter
 
 progress_log = logging.getLogger("library_pipeline.progress")
 
 OWNERS = ["team:library"]
+
+
+# Rows of the per-file table in a step's metadata. A range run writes one
+# materialization per partition, each carrying the whole range's metadata: with 200
+# rows, a 200-file range stored 600 copies of a ~20 KB table in the event log.
+# Failures are listed in full below it.
+PER_FILE_ROWS = 40
 
 
 class IngestConfig(dg.Config):
@@ -42,11 +50,11 @@ def _report(context: dg.AssetExecutionContext, step: str, results: list[StepResu
         raise dg.Failure(description=f"{r.path or r.key}: {r.reason}",
                          metadata={"path": r.path or "", "reason": r.reason or ""})
     rows = ["| file | status | detail |", "|---|---|---|"]
-    for r in results[:200]:
+    for r in results[:PER_FILE_ROWS]:
         detail = r.reason or ", ".join(f"{k}={v}" for k, v in r.figures.items())
         rows.append(f"| {(r.path or r.key).replace('|', '/')} | {r.status} | {detail.replace('|', '/')} |")
-    if len(results) > 200:
-        rows.append(f"| … {len(results) - 200} more | | |")
+    if len(results) > PER_FILE_ROWS:
+        rows.append(f"| … {len(results) - PER_FILE_ROWS} more | | |")
     metadata: dict = {
         "files": len(results),
         "processed": sum(r.status == "ok" for r in results),
@@ -104,11 +112,11 @@ def _sum(field: str) -> Callable[[list[StepResult]], int]:
 )
 def extracted_text(context: dg.AssetExecutionContext, config: IngestConfig,
                    library_db: LibraryDatabase) -> dg.MaterializeResult:
-    db = library_db.get()
     s = library_db.settings
-    results = _each(context, "extract", lambda key: extract_step(
-        db, s.library_dir, key, ocr_languages=s.ocr_languages, max_bytes=s.max_file_bytes, force=config.force),
-        db=db)
+    with ReusedConnection(library_db.get()) as db:
+        results = _each(context, "extract", lambda key: extract_step(
+            db, s.library_dir, key, ocr_languages=s.ocr_languages, max_bytes=s.max_file_bytes,
+            force=config.force), db=db)
     return _report(context, "extract", results, lambda rs: {
         "pages": _sum("pages")(rs), "ocr_pages": _sum("ocr_pages")(rs), "chars": _sum("chars")(rs),
         "languages": ", ".join(sorted({str(r.figures["language"]) for r in rs if "language" in r.figures})) or "-",
@@ -127,9 +135,9 @@ def extracted_text(context: dg.AssetExecutionContext, config: IngestConfig,
 )
 def chunks(context: dg.AssetExecutionContext, config: IngestConfig, library_db: LibraryDatabase,
            embedder: EmbedderResource) -> dg.MaterializeResult:
-    db = library_db.get()
-    model = embedder.get(db)
-    results = _each(context, "chunk", lambda key: chunk_step(db, key, model, force=config.force), db=db)
+    model = embedder.get(library_db.get())
+    with ReusedConnection(library_db.get()) as db:
+        results = _each(context, "chunk", lambda key: chunk_step(db, key, model, force=config.force), db=db)
     return _report(context, "chunk", results, lambda rs: {
         "chunks": _sum("chunks")(rs), "toc_chunks": _sum("toc_chunks")(rs)})
 
@@ -146,39 +154,53 @@ def chunks(context: dg.AssetExecutionContext, config: IngestConfig, library_db: 
 )
 def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_db: LibraryDatabase,
                embedder: EmbedderResource) -> dg.MaterializeResult:
-    db = library_db.get()
-    model = embedder.get(db)
-    batched = BatchedEmbedder(model)
+    model = embedder.get(library_db.get())
+    # both vector lanes answered from vectors encoded ahead for a group of files
+    writer = PassageWriter(BatchedEmbedder(model))
+    if writer.multi is not None:
+        writer.multi = BatchedEmbedder(writer.multi)
+    batched = writer.primary
+    lanes = [(writer.primary, "embedding", "embed_model")]
+    if writer.multi is not None:
+        lanes.append((writer.multi, "embedding_multi", "embed_model_multi"))
     keys = context.partition_keys
     results: list[StepResult] = []
-    try:
-        groups = _embed_groups(db, keys)
-    except Exception as exc:  # batching is an optimisation: never a reason to fail files
-        context.log.warning(f"embed: cannot group files for batching ({type(exc).__name__}: {exc}); "
-                            "embedding file by file")
-        groups = [[key] for key in keys]
-    for group in groups:
-        # the group's new texts in one encode call, then each file embedded (from
-        # those vectors) and swapped in its own transaction as before
+    with ReusedConnection(library_db.get()) as db:
         try:
-            batched.prefetch(db, group, force=config.force)
-        except Exception as exc:
-            context.log.warning(f"embed: batch encode failed ({type(exc).__name__}: {exc}); "
-                                "embedding these files one by one")
-            batched.clear()
-        results += _each(context, "embed", lambda key: embed_step(db, key, batched, force=config.force),
-                         db=db, keys=group, done=len(results), total=len(keys))
-        batched.clear()
+            groups = _embed_groups(db, keys)
+        except Exception as exc:  # batching is an optimisation: never a reason to fail files
+            context.log.warning(f"embed: cannot group files for batching ({type(exc).__name__}: {exc}); "
+                                "embedding file by file")
+            groups = [[key] for key in keys]
+        for group in groups:
+            # the group's new texts in one encode call per model, then each file
+            # embedded (from those vectors) and swapped in its own transaction as before
+            try:
+                prefetch(db, group, lanes, force=config.force)
+            except Exception as exc:
+                context.log.warning(f"embed: batch encode failed ({type(exc).__name__}: {exc}); "
+                                    "embedding these files one by one")
+                for lane, _, _ in lanes:
+                    lane.clear()
+            results += _each(context, "embed",
+                             lambda key: embed_step(db, key, model, force=config.force, writer=writer),
+                             db=db, keys=group, done=len(results), total=len(keys))
+            for lane, _, _ in lanes:
+                lane.clear()
     embed_seconds = sum(r.figures.get("embed_seconds", 0.0) for r in results) + batched.seconds
     embedded = _sum("embedded")(results)
     multi_seconds = sum(r.figures.get("embed_seconds_multilingual", 0.0) for r in results)
+    if writer.multi is not None:
+        multi_seconds += writer.multi.seconds
     multi_embedded = _sum("embedded_multilingual")(results)
     multi = next((r.figures["multilingual_model"] for r in results if "multilingual_model" in r.figures), None)
     return _report(context, "embed", results, lambda rs: {
         "passages": _sum("passages")(rs), "embedded": embedded, "reused": _sum("reused")(rs),
         "model": model.name, "dims": model.dims,
-        "seconds": round(sum(r.figures.get("seconds", 0.0) for r in rs) + batched.seconds, 3),
+        "seconds": round(sum(r.figures.get("seconds", 0.0) for r in rs) + batched.seconds
+                         + (writer.multi.seconds if writer.multi is not None else 0.0), 3),
         "batched_encode_calls": batched.calls,
+        "batched_encode_calls_multilingual": writer.multi.calls if writer.multi is not None else 0,
         "embed_passages_per_s": round(embedded / embed_seconds, 1) if embed_seconds else 0.0,
         # the second vector lane (serving.passage_writer); "off" when LIBRARY_EMBED_MULTILINGUAL=off
         "multilingual_model": multi or "off", "embedded_multilingual": multi_embedded,
@@ -226,6 +248,29 @@ def _embed_groups(db: Database, keys: list[str]) -> list[list[str]]:
     return groups
 
 
+def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str, str]],
+             *, force: bool = False) -> None:
+    """Encode the pending chunk texts of `keys` with each lane's model in one call
+    (vectors already stored under that model are reused by the step, not encoded).
+    `lanes`: (batched model, vector column, model-name column) per vector lane."""
+    if len(keys) <= 1:
+        return  # nothing to batch across
+    with db.connect() as conn:
+        rows = conn.execute(_PENDING_CHUNKS_SQL, {"keys": list(keys), "force": force}).fetchall()
+        texts = list(dict.fromkeys(embed_text_for_passage(r[1], r[2], r[3]) for r in rows))
+        if not texts:
+            return
+        hashes = [sha256(t) for t in texts]
+        todo = []
+        for batched, column, model_column in lanes:
+            stored = {r[0] for r in conn.execute(
+                f"SELECT DISTINCT embed_hash FROM passages WHERE {model_column} = %s AND embed_hash = ANY(%s) "
+                f"AND {column} IS NOT NULL", (batched.inner.name, hashes)).fetchall()}
+            todo.append([t for t, h in zip(texts, hashes) if h not in stored])
+    for (batched, _, _), missing in zip(lanes, todo):
+        batched.encode_ahead(missing)
+
+
 class BatchedEmbedder:
     """The model, answering `encode_passages` from vectors encoded ahead for a
     group of files (any text not prefetched goes to the model as before)."""
@@ -239,26 +284,14 @@ class BatchedEmbedder:
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    def prefetch(self, db: Database, keys: list[str], *, force: bool = False) -> None:
-        if len(keys) <= 1:
-            return  # nothing to batch across
-        with db.connect() as conn:
-            rows = conn.execute(_PENDING_CHUNKS_SQL, {"keys": list(keys), "force": force}).fetchall()
-            texts = list(dict.fromkeys(embed_text_for_passage(r[1], r[2], r[3]) for r in rows))
-            if not texts:
-                return
-            # vectors stored under this model are reused by the step: don't encode them
-            stored = {r[0] for r in conn.execute(
-                "SELECT DISTINCT embed_hash FROM passages WHERE embed_model = %s AND embed_hash = ANY(%s) "
-                "AND embedding IS NOT NULL", (self.inner.name, [sha256(t) for t in texts])).fetchall()}
-        todo = [t for t in texts if sha256(t) not in stored]
-        if not todo:
+    def encode_ahead(self, texts: list[str]) -> None:
+        if not texts:
             return
         started = time.perf_counter()
-        vectors = self.inner.encode_passages(todo)
+        vectors = self.inner.encode_passages(texts)
         self.seconds += time.perf_counter() - started
         self.calls += 1
-        self._cache.update(zip(todo, vectors))
+        self._cache.update(zip(texts, vectors))
 
     def clear(self) -> None:
         self._cache.clear()

@@ -16,6 +16,8 @@ import hashlib
 import logging
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +45,83 @@ class StepResult:
     status: str = "ok"          # ok | skipped | failed
     reason: str | None = None
     figures: dict = field(default_factory=dict)
+
+
+class ReusedConnection:
+    """A `Database` whose `connect()` and `transaction()` hand out one connection,
+    opened on first use and kept for a range of files, for the step functions below.
+
+    Measured on a 300-file range run: the steps opened 2,114 connections (seven per
+    file), and each connect plus pgvector's type registration (four catalogue
+    queries) cost ~27 ms on a loaded box: 56 s of a 376 s run. Per-file atomicity is
+    unchanged: each `transaction()` is its own BEGIN ... COMMIT, each `connect()`
+    block commits (or rolls back) when it ends, so no transaction, lock or snapshot
+    outlives one block, and a file whose work fails rolls back alone. A connection
+    found closed or broken (the server restarted) is replaced on the next use.
+    Anything else is the wrapped Database's."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._conn: psycopg.Connection | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.db, name)
+
+    @staticmethod
+    def _alive(conn: psycopg.Connection) -> bool:
+        """Without a round trip: a connection the server closed (restart, terminated
+        backend) has its error message and then EOF waiting on the (non-blocking)
+        socket; the first read takes the message, the second meets the EOF."""
+        if conn.closed or conn.broken:
+            return False
+        try:
+            conn.pgconn.consume_input()
+            conn.pgconn.consume_input()
+        except psycopg.OperationalError:
+            return False
+        return conn.pgconn.status == psycopg.pq.ConnStatus.OK
+
+    def _get(self) -> psycopg.Connection:
+        conn = self._conn
+        if conn is None or not self._alive(conn):
+            if conn is not None:
+                conn.close()
+            conn = self._conn = self.db.connect()
+        elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()  # never carry one file's open transaction into the next
+        return conn
+
+    @contextmanager
+    def connect(self, autocommit: bool = False) -> Iterator[psycopg.Connection]:
+        if autocommit:
+            with self.db.connect(autocommit=True) as conn:
+                yield conn
+            return
+        conn = self._get()
+        try:
+            yield conn
+        except BaseException:
+            if not (conn.closed or conn.broken):
+                conn.rollback()
+            raise
+        conn.commit()
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        conn = self._get()
+        with conn.transaction():
+            yield conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ReusedConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 # -- registration -------------------------------------------------------------
@@ -292,15 +371,17 @@ def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
 # -- step 3: embedding + the atomic swap ---------------------------------------------
 
 def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = False,
-               crash_hook=None) -> StepResult:
+               crash_hook=None, writer: PassageWriter | None = None) -> StepResult:
     """Embed a file's chunks and swap them in as its live passages, atomically.
 
     Vectors are reused for chunks whose exact embedded text (title prefix
     included) is already stored under the same model, so an edited file
-    re-embeds only the passages that changed.
+    re-embeds only the passages that changed. `writer`: the PassageWriter to use
+    (a range run passes one whose models answer from vectors encoded ahead for
+    many files); by default one over `embedder` and the multilingual model.
     """
     started = time.perf_counter()
-    writer = PassageWriter(embedder)
+    writer = writer or PassageWriter(embedder)
     ensure_indexes(db, writer)
     with db.connect() as conn:
         doc = _document(conn, key)
