@@ -157,9 +157,10 @@ def main() -> None:
     import dagster as dg
 
     from library_pipeline.dagster_home import prepare_dagster_home
-    from library_pipeline.defs.enrich.assets import ENRICH_TAGS, knowledge_graph, raptor_tree
+    from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
     from library_pipeline.defs.enrich.resources import GeneratorResource
     from library_pipeline.defs.ingest.partitions import library_files_partitions
+    from library_pipeline.run_plan import ENRICH_LANE, range_tags
     from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, run_ingest
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
     from serving import graph
@@ -199,8 +200,7 @@ def main() -> None:
         resources = {"library_db": LibraryDatabase.from_settings(settings),
                      "embedder": EmbedderResource.from_settings(settings), "llm": GeneratorResource()}
         run_config = dict(QUIET_RUN_CONFIG)
-        tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1],
-                **ENRICH_TAGS}
+        tags = {**range_tags(keys), **ENRICH_LANE}
         assets = [knowledge_graph] if args.restore else [raptor_tree, knowledge_graph]
         if args.restore:
             run_config["ops"] = {"knowledge_graph": {"config": {"restart": True}}}

@@ -76,11 +76,15 @@ ingest_celery_job = dg.define_asset_job(
 
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
+    # the process's own settings: an external DSN is bound as its variable, so the UI
+    # shows the variable's name rather than the password (LibraryDatabase.for_definitions)
+    own = settings is None
     settings = settings or get_settings()
     return dg.Definitions(
         assets=[extracted_text, chunks, embeddings],
         jobs=[ingest_celery_job],
-        resources={"library_db": LibraryDatabase.from_settings(settings),
+        resources={"library_db": (LibraryDatabase.for_definitions(settings) if own
+                                  else LibraryDatabase.from_settings(settings)),
                    "embedder": EmbedderResource.from_settings(settings)},
     )
 

@@ -27,7 +27,6 @@ from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import ENRICH_LANE, ENRICH_POOL
 
 GROUP = "enrich"
-ENRICH_TAGS = ENRICH_LANE  # the name benchmarks/graph_quality.py imports; new code takes run_plan.ENRICH_LANE
 # Dagster's eager() plus the backlog: eager() requests only partitions that become
 # missing after its first evaluation, and `library up` ingests the library before the
 # daemon's first tick, so with eager() alone a fresh library was never enriched
