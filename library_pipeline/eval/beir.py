@@ -13,11 +13,11 @@ and `embed_step` (library_pipeline.defs.ingest.store) for every document, and
 (title prefix) or the stored tsvector is re-implemented here.
 
 Speed: `embed_step` embeds one document's chunks per call, i.e. batches of ~3
-texts, which wastes most of the encoder. `BatchedEmbedder` encodes the chunks of
-many documents in one call beforehand and hands `embed_step` an embedder whose
-`encode_passages` answers from those vectors (falling back to the real model for
-anything it was not given), so `embed_step` itself - its reuse rule, its atomic
-swap, its bookkeeping - runs unchanged.
+texts, which wastes most of the encoder. As the ingest asset does, the chunks of
+many documents are encoded by each vector lane's model in one call beforehand
+(`defs.ingest.assets.batched_writer` / `prefetch`) and `embed_step` gets a writer
+whose models answer from those vectors, so `embed_step` itself - its reuse rule,
+its atomic swap, its bookkeeping - runs unchanged.
 
 Isolation: the evaluation never touches the user's library. It uses its own
 database `library_eval_<dataset>` on the embedded server (or LIBRARY_EVAL_DSN /
@@ -37,15 +37,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
 from library_pipeline.defs.ingest import chunking
 from library_pipeline.run_plan import partition_key_for
+from library_pipeline.defs.ingest.assets import batched_writer, prefetch
 from library_pipeline.defs.ingest.store import chunk_step, embed_step
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.embedding import Embedder, sha256
 from serving.lexemes import refresh_lexeme_df
 from serving.settings import get_settings
 
@@ -156,46 +156,6 @@ def release(db: Database) -> None:
 
 # -- loading ------------------------------------------------------------------------
 
-class BatchedEmbedder:
-    """An Embedder that answers `encode_passages` from vectors computed beforehand
-    in large batches (`prime`), and asks the real model for anything else."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.dims = inner.dims
-        self.max_tokens = inner.max_tokens
-        self._vectors: dict[str, np.ndarray] = {}
-        self.misses = 0
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    def token_offsets(self, text: str):
-        return self.inner.token_offsets(text)  # type: ignore[attr-defined]
-
-    def prime(self, texts: list[str]) -> None:
-        todo = sorted({t for t in texts if t not in self._vectors})
-        if todo:
-            vectors = self.inner.encode_passages(todo)
-            self._vectors.update(zip(todo, vectors))
-
-    def forget(self) -> None:
-        self._vectors.clear()
-
-    def encode_passages(self, texts: list[str]) -> np.ndarray:
-        missing = [t for t in texts if t not in self._vectors]
-        if missing:
-            self.misses += len(missing)
-            self._vectors.update(zip(missing, self.inner.encode_passages(missing)))
-        if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
-        return np.stack([self._vectors[t] for t in texts])
-
-    def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self.inner.encode_queries(texts)
-
-
 def chunking_fingerprint(embedder: Embedder) -> dict:
     """What, besides the text, decides the passages: a change re-chunks everything."""
     return {"model": embedder.name, "target_tokens": chunking.DEFAULT_TARGET_TOKENS,
@@ -285,7 +245,11 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
                 cur.execute("DELETE FROM pages WHERE document_id = %s", (doc_id,))
                 cur.execute("INSERT INTO pages (document_id, page_no, text) VALUES (%s, 1, %s)",
                             (doc_id, doc["text"].replace("\x00", "")))
-    batched = BatchedEmbedder(embedder)
+    # both vector lanes encoded across a batch of documents, each document written in
+    # its own transaction: the ingest asset's path (file by file, the multilingual
+    # model ran on 1-5 texts a call and loading SciFact took 58 minutes on two cores)
+    writer, lanes = batched_writer(embedder)
+    batched = writer.primary
     figures = {"documents": len(wanted), "loaded": len(todo), "removed": len(extra), "passages": 0,
                "embedded": 0, "reused": 0, "chunk_seconds": 0.0, "embed_seconds": 0.0}
     done = 0
@@ -299,23 +263,16 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
                 raise RuntimeError(f"chunking {r.path} failed: {r.reason}")
         figures["chunk_seconds"] += time.perf_counter() - t
         t = time.perf_counter()
-        with db.connect() as conn:
-            rows = conn.execute(
-                "SELECT d.title, c.heading, c.content FROM chunks c JOIN documents d ON d.id = c.document_id "
-                "WHERE d.source = 'library' AND d.partition_key = ANY(%s)", (keys,)).fetchall()
-            texts = [embed_text_for_passage(title, heading, content) for title, heading, content in rows]
-            have = {h for (h,) in conn.execute(
-                "SELECT DISTINCT embed_hash FROM passages WHERE embed_model = %s AND embed_hash = ANY(%s)",
-                (embedder.name, [sha256(x) for x in texts]))}
-        batched.prime([x for x in texts if sha256(x) not in have])
+        prefetch(db, keys, lanes, force=True)
         for key in keys:
-            r = embed_step(db, key, batched, force=True)
+            r = embed_step(db, key, embedder, force=True, writer=writer)
             if r.status == "failed":
                 raise RuntimeError(f"embedding {r.path} failed: {r.reason}")
             figures["passages"] += r.figures.get("passages", 0)
             figures["embedded"] += r.figures.get("embedded", 0)
             figures["reused"] += r.figures.get("reused", 0)
-        batched.forget()
+        for lane, _, _ in lanes:
+            lane.clear()
         figures["embed_seconds"] += time.perf_counter() - t
         done += len(batch)
         if progress:
@@ -328,7 +285,7 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
                              "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (Jsonb(fingerprint),))
         figures["total_passages"] = conn.execute(
             "SELECT count(*) FROM passages WHERE summary_level = 0 AND NOT removed").fetchone()[0]
-    figures["misses"] = batched.misses
+    figures["encode_calls"] = sum(lane.calls for lane, _, _ in lanes)
     figures["seconds"] = round(time.perf_counter() - started, 2)
     figures["chunk_seconds"] = round(figures["chunk_seconds"], 2)
     figures["embed_seconds"] = round(figures["embed_seconds"], 2)

@@ -155,14 +155,8 @@ def chunks(context: dg.AssetExecutionContext, config: IngestConfig, library_db: 
 def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_db: LibraryDatabase,
                embedder: EmbedderResource) -> dg.MaterializeResult:
     model = embedder.get(library_db.get())
-    # both vector lanes answered from vectors encoded ahead for a group of files
-    writer = PassageWriter(BatchedEmbedder(model))
-    if writer.multi is not None:
-        writer.multi = BatchedEmbedder(writer.multi)
+    writer, lanes = batched_writer(model)
     batched = writer.primary
-    lanes = [(writer.primary, "embedding", "embed_model")]
-    if writer.multi is not None:
-        lanes.append((writer.multi, "embedding_multi", "embed_model_multi"))
     keys = context.partition_keys
     results: list[StepResult] = []
     with ReusedConnection(library_db.get()) as db:
@@ -246,6 +240,18 @@ def _embed_groups(db: Database, keys: list[str]) -> list[list[str]]:
         groups[-1].append(key)
         size += n
     return groups
+
+
+def batched_writer(model) -> tuple[PassageWriter, list[tuple["BatchedEmbedder", str, str]]]:
+    """A PassageWriter whose vector lanes (the primary model and, when on, the
+    multilingual one) answer from vectors encoded ahead for a group of files, and the
+    lanes as `prefetch` takes them: (batched model, vector column, model-name column)."""
+    writer = PassageWriter(BatchedEmbedder(model))
+    lanes = [(writer.primary, "embedding", "embed_model")]
+    if writer.multi is not None:
+        writer.multi = BatchedEmbedder(writer.multi)
+        lanes.append((writer.multi, "embedding_multi", "embed_model_multi"))
+    return writer, lanes
 
 
 def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str, str]],
