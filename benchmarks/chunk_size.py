@@ -91,8 +91,8 @@ def sample(data: Data, n_queries: int, n_docs: int, seed: int) -> tuple[list[str
 
 def chunks_stream(data: Data, doc_ids: list[str], docs_per_page: int, count_tokens, size: int, overlap: int,
                   max_tokens: int) -> list[tuple[str, list[str]]]:
-    from library_pipeline.defs.ingest.chunking import chunk_pages
-    from library_pipeline.defs.ingest.extract import Page
+    from library_pipeline.ingest.chunking import chunk_pages
+    from library_pipeline.ingest.extract import Page
 
     paras = [data.docs[d] for d in doc_ids]
     pages = [Page(i // docs_per_page + 1, "\n\n".join(paras[i:i + docs_per_page]))
@@ -125,8 +125,8 @@ def chunks_stream(data: Data, doc_ids: list[str], docs_per_page: int, count_toke
 
 def chunks_per_doc(data: Data, doc_ids: list[str], count_tokens, size: int, overlap: int,
                    max_tokens: int) -> list[tuple[str, list[str]]]:
-    from library_pipeline.defs.ingest.chunking import chunk_pages
-    from library_pipeline.defs.ingest.extract import Page
+    from library_pipeline.ingest.chunking import chunk_pages
+    from library_pipeline.ingest.extract import Page
 
     out = []
     for d in doc_ids:

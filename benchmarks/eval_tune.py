@@ -60,7 +60,7 @@ def build_keyword_index(db, ds, emb) -> dict:
     """Documents + pages as build_index writes them, chunk_step, then passages straight
     from the chunks (no vectors). The postings triggers index them as any writer's."""
     from library_pipeline.defs.ingest.partitions import partition_key_for
-    from library_pipeline.defs.ingest.store import chunk_step
+    from library_pipeline.ingest.store import chunk_step
     from library_pipeline.eval.beir import UPSERT_DOC_SQL, doc_hash, document_languages
     from serving.lexemes import refresh_lexeme_df
 

@@ -155,7 +155,7 @@ def bench_executors(home: Path, n_files: int) -> dict:
 
     from library_pipeline.dagster_home import prepare_dagster_home
     from library_pipeline.defs.ingest.partitions import library_files_partitions
-    from library_pipeline.defs.ingest.store import register_files
+    from library_pipeline.ingest.store import register_files
     from library_pipeline.defs.ingest.partitions import scan_library
     from serving.db import Database
     from serving.settings import Settings

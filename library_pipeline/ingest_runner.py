@@ -18,7 +18,7 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
 from library_pipeline.defs.ingest.lexemes import lexeme_df
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
-from library_pipeline.defs.ingest.store import mark_removed, purge_removed, register_files
+from library_pipeline.ingest.store import mark_removed, purge_removed, register_files
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import contiguous_spans, range_tags
 from serving.db import Database

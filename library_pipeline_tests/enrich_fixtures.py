@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from library_pipeline.defs.ingest.extract import extract_file
+from library_pipeline.ingest.extract import extract_file
 
 
 @dataclass

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from library_pipeline.defs.enrich.kg_store import kg_step
-from library_pipeline.defs.ingest.chunking import BOILERPLATE_LABEL, chunk_pages
-from library_pipeline.defs.ingest.extract import Page, extract_file, split_boilerplate
+from library_pipeline.ingest.chunking import BOILERPLATE_LABEL, chunk_pages
+from library_pipeline.ingest.extract import Page, extract_file, split_boilerplate
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY
 from library_pipeline_tests.enrich_fixtures import instance, partition_keys  # noqa: F401 (fixture)
 from library_pipeline_tests.ingest_helpers import ingest, write

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from library_pipeline.defs.ingest.chunking import (
+from library_pipeline.ingest.chunking import (
     DEFAULT_TARGET_TOKENS,
     Chunk,
     chunk_pages,
     front_matter_pages,
     is_toc_like,
 )
-from library_pipeline.defs.ingest.extract import Extracted, Page, extract_file
+from library_pipeline.ingest.extract import Extracted, Page, extract_file
 
 MAX = 216  # what the chunk budget leaves of MiniLM's 256 after a title prefix
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from library_pipeline.defs.ingest.extract import (
+from library_pipeline.ingest.extract import (
     SUPPORTED_SUFFIXES,
     Extracted,
     ExtractionError,
@@ -108,7 +108,7 @@ def test_image_only_pdf_without_ocr_is_a_readable_failure(docs: Path) -> None:
 
 
 def test_missing_tesseract_is_reported_only_when_a_page_needs_ocr(docs: Path, monkeypatch) -> None:
-    from library_pipeline.defs.ingest.extract import pdf
+    from library_pipeline.ingest.extract import pdf
 
     monkeypatch.setattr(pdf, "_tesseract_languages", lambda: frozenset())
     assert extract_file(docs / "pdf" / "federal-register-2020-17221.pdf").ocr_pages == 0

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from library_pipeline.cli import app
 from library_pipeline.defs.ingest.partitions import partition_key_for
-from library_pipeline.defs.ingest.store import chunk_step, embed_step, extract_step, register_files
+from library_pipeline.ingest.store import chunk_step, embed_step, extract_step, register_files
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY
 from library_pipeline_tests.ingest_helpers import doc_rows, ingest, latest_metadata, write
 

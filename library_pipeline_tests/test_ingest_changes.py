@@ -61,7 +61,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     from serving.db import Database
     from serving.settings import Settings
     from serving.embedding import load_embedder
-    from library_pipeline.defs.ingest.store import chunk_step, embed_step, extract_step
+    from library_pipeline.ingest.store import chunk_step, embed_step, extract_step
     import dataclasses, json
     cfg = json.loads(sys.argv[1])
     settings = dataclasses.replace(Settings.from_env(), db_dsn=cfg["dsn"], library_dir=__import__("pathlib").Path(cfg["lib"]))

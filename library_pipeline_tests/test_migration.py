@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from library_pipeline.defs.ingest.store import chunk_step, embed_step, extract_step, register_files
+from library_pipeline.ingest.store import chunk_step, embed_step, extract_step, register_files
 from library_pipeline.migrate import (EmbedderSpec, MigrationError, abort, active_model, counts, passage_text,
                                       run, start, status)
 from serving.embedding import PARAPHRASE_MINILM_NAME, load_embedder

@@ -45,7 +45,7 @@ QUESTIONS = [
 def _alice_text() -> str:
     """The example library's Alice EPUB as plain text, from chapter I (the pipeline's own EPUB
     extraction, so the text is what an ingest of the EPUB would index)."""
-    from library_pipeline.defs.ingest.extract import extract_file
+    from library_pipeline.ingest.extract import extract_file
 
     text = "\n\n".join(p.text for p in extract_file(EXAMPLES / ALICE_EPUB).pages)
     return text[text.find("Down the Rabbit-Hole"):]
@@ -110,7 +110,7 @@ def test_english_only_model_alone_cannot_answer_the_russian_question(library, em
 
 def test_identical_text_reuses_both_vectors(library, tmp_path):
     """A second copy of a book embeds nothing: both models' vectors are reused."""
-    from library_pipeline.defs.ingest.store import chunk_step, embed_step, extract_step, register_files
+    from library_pipeline.ingest.store import chunk_step, embed_step, extract_step, register_files
     from serving.embedding import load_embedder
 
     db, _ = library

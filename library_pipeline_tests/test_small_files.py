@@ -9,7 +9,7 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from library_pipeline.defs.ingest.store import ReusedConnection
+from library_pipeline.ingest.store import ReusedConnection
 from library_pipeline.ingest_runner import run_ingest
 from serving.embedding import embed_text_for_passage, multilingual_embedder
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from library_pipeline.defs.ingest import partitions
-from library_pipeline.defs.ingest.extract import SUPPORTED_SUFFIXES
+from library_pipeline.ingest.extract import SUPPORTED_SUFFIXES
 from serving.embedding import embed_text_for_passage, embed_text_for_row, passage_context
 from serving.memory.store import memory_language
 from serving.passage_writer import ts_config_for_language

@@ -8,14 +8,14 @@ Loading: one `documents` row per BEIR document (path = the BEIR doc id, so a
 search result's `path` is the doc id; title = the BEIR title; language detected as
 ingest detects it, so a Russian corpus is stemmed as Russian) and
 one `pages` row holding the text; then the ingest stage's own `chunk_step`
-and `embed_step` (library_pipeline.defs.ingest.store) for every document, and
+and `embed_step` (library_pipeline.ingest.store) for every document, and
 `serving.lexemes.refresh_lexeme_df`. Nothing about chunking, the embedded text
 (title prefix) or the stored tsvector is re-implemented here.
 
 Speed: `embed_step` embeds one document's chunks per call, i.e. batches of ~3
 texts, which wastes most of the encoder. As the ingest asset does, the chunks of
 many documents are encoded by each vector lane's model in one call beforehand
-(`defs.ingest.assets.batched_writer` / `prefetch`) and `embed_step` gets a writer
+(`library_pipeline.ingest.batching`: `batched_writer`, `prefetch`) and `embed_step` gets a writer
 whose models answer from those vectors, so `embed_step` itself - its reuse rule,
 its atomic swap, its bookkeeping - runs unchanged.
 
@@ -40,10 +40,10 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
-from library_pipeline.defs.ingest import chunking
+from library_pipeline.ingest import chunking
 from library_pipeline.run_plan import partition_key_for
-from library_pipeline.defs.ingest.assets import batched_writer, prefetch
-from library_pipeline.defs.ingest.store import chunk_step, embed_step
+from library_pipeline.ingest.batching import batched_writer, prefetch
+from library_pipeline.ingest.store import chunk_step, embed_step
 from serving.db import Database
 from serving.embedding import Embedder, sha256
 from serving.lexemes import refresh_lexeme_df
@@ -186,11 +186,11 @@ STEMMERS = {"en": "english", "ru": "russian", "de": "german", "fr": "french", "e
 
 def document_languages(dataset: BeirDataset) -> dict[str, str]:
     """doc id -> ISO 639-1 code, detected as ingest detects a file's language
-    (library_pipeline.defs.ingest.extract.detect_language), so each passage is stemmed
+    (library_pipeline.ingest.extract.detect_language), so each passage is stemmed
     in its own language; a document too short to tell takes the corpus's majority."""
     from collections import Counter
 
-    from library_pipeline.defs.ingest.extract import detect_language
+    from library_pipeline.ingest.extract import detect_language
 
     found = {did: detect_language(f"{doc['title']}\n{doc['text']}") for did, doc in dataset.corpus.items()}
     counts = Counter(lang for lang in found.values() if lang)
@@ -202,7 +202,7 @@ def collection_language(dataset: BeirDataset) -> str:
     """The corpus's majority language (ISO 639-1), from a sample of its documents."""
     from collections import Counter
 
-    from library_pipeline.defs.ingest.extract import detect_language
+    from library_pipeline.ingest.extract import detect_language
 
     ids = list(dataset.corpus)
     step = max(len(ids) // 200, 1)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from library_pipeline.defs.ingest.chunking import chunk_pages
-from library_pipeline.defs.ingest.extract import ExtractionError, Page, decode_text, detect_language
-from library_pipeline.defs.ingest.store import (
+from library_pipeline.ingest.chunking import chunk_pages
+from library_pipeline.ingest.extract import ExtractionError, Page, decode_text, detect_language
+from library_pipeline.ingest.store import (
     StepResult,
     _prefix_budget,
     clip_heading,

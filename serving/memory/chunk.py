@@ -1,7 +1,7 @@
 """Split a long memory into passages the embedder reads whole.
 
 serving must deploy without library_pipeline, so this is not the book chunker
-(library_pipeline.defs.ingest.chunking): memories are short prose, and a window
+(library_pipeline.ingest.chunking): memories are short prose, and a window
 of whole tokens, cut at a whitespace where possible, is enough. Token-exact with
 the embedder's own tokenizer when it exposes offsets; ~4 characters per token
 otherwise (Ollama).

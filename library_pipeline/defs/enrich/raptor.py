@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from library_pipeline.defs.ingest.store import StepResult, clip_heading, ingested_document
+from library_pipeline.ingest.store import StepResult, clip_heading, ingested_document
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 from serving.generation import GenerationError, TextGenerator

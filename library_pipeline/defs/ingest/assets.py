@@ -12,19 +12,16 @@ fails raises, so that partition shows red in the UI with the reason.
 
 
 import logging
-import time
 from collections.abc import Callable
 
 import dagster as dg
-import numpy as np
 
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.defs.ingest.store import (ReusedConnection, StepResult, chunk_step, embed_step,
-                                                extract_step, record_failure_by_key)
+from library_pipeline.ingest.batching import embed_groups, batched_writer, prefetch
+from library_pipeline.ingest.store import (ReusedConnection, StepResult, chunk_step, embed_step,
+                                           extract_step, record_failure_by_key)
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.db import Database
-from serving.embedding import embed_text_for_passage, sha256
-from serving.passage_writer import PassageWriter
 
 progress_log = logging.getLogger("library_pipeline.progress")
 
@@ -161,7 +158,7 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
     results: list[StepResult] = []
     with ReusedConnection(library_db.get()) as db:
         try:
-            groups = _embed_groups(db, keys)
+            groups = embed_groups(db, keys)
         except Exception as exc:  # batching is an optimisation: never a reason to fail files
             context.log.warning(f"embed: cannot group files for batching ({type(exc).__name__}: {exc}); "
                                 "embedding file by file")
@@ -200,113 +197,6 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
         "multilingual_model": multi or "off", "embedded_multilingual": multi_embedded,
         "multilingual_passages_per_s": round(multi_embedded / multi_seconds, 1) if multi_seconds else 0.0,
     })
-
-
-# -- embedding across files -----------------------------------------------------------
-# A short file has one to three passages: embedded file by file, the model ran
-# batches of 1-3 texts and per-call overhead dominated (5,000 abstracts indexed at
-# ~10 files/s while the raw model encoded the same texts several times faster).
-# The texts of up to EMBED_GROUP_TEXTS passages, across files, are encoded in one
-# call; each file is still written in its own transaction.
-
-EMBED_GROUP_TEXTS = 2048
-
-_PENDING_CHUNKS_SQL = """
-SELECT d.partition_key, d.title, c.heading, c.content
-FROM documents d JOIN chunks c ON c.document_id = d.id
-WHERE d.source = 'library' AND d.partition_key = ANY(%(keys)s) AND d.status NOT IN ('failed', 'removed')
-  AND (%(force)s OR d.indexed_hash IS NULL OR d.indexed_hash IS DISTINCT FROM d.content_hash)
-ORDER BY d.partition_key, c.ordinal
-"""
-
-
-def _embed_groups(db: Database, keys: list[str]) -> list[list[str]]:
-    """Consecutive runs of keys holding at most ~EMBED_GROUP_TEXTS chunks to embed
-    (a book alone may exceed it: then it is a group of its own)."""
-    if len(keys) <= 1:
-        return [list(keys)] if keys else []
-    with db.connect() as conn:
-        counts = dict(conn.execute(
-            "SELECT d.partition_key, count(*) FROM documents d JOIN chunks c ON c.document_id = d.id "
-            "WHERE d.source = 'library' AND d.partition_key = ANY(%s) GROUP BY d.partition_key",
-            (list(keys),)).fetchall())
-    groups: list[list[str]] = [[]]
-    size = 0
-    for key in keys:
-        n = counts.get(key, 0)
-        if groups[-1] and size + n > EMBED_GROUP_TEXTS:
-            groups.append([])
-            size = 0
-        groups[-1].append(key)
-        size += n
-    return groups
-
-
-def batched_writer(model) -> tuple[PassageWriter, list[tuple["BatchedEmbedder", str, str]]]:
-    """A PassageWriter whose vector lanes (the primary model and, when on, the
-    multilingual one) answer from vectors encoded ahead for a group of files, and the
-    lanes as `prefetch` takes them: (batched model, vector column, model-name column)."""
-    writer = PassageWriter(BatchedEmbedder(model))
-    lanes = [(writer.primary, "embedding", "embed_model")]
-    if writer.multi is not None:
-        writer.multi = BatchedEmbedder(writer.multi)
-        lanes.append((writer.multi, "embedding_multi", "embed_model_multi"))
-    return writer, lanes
-
-
-def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str, str]],
-             *, force: bool = False) -> None:
-    """Encode the pending chunk texts of `keys` with each lane's model in one call
-    (vectors already stored under that model are reused by the step, not encoded).
-    `lanes`: (batched model, vector column, model-name column) per vector lane."""
-    if len(keys) <= 1:
-        return  # nothing to batch across
-    with db.connect() as conn:
-        rows = conn.execute(_PENDING_CHUNKS_SQL, {"keys": list(keys), "force": force}).fetchall()
-        texts = list(dict.fromkeys(embed_text_for_passage(r[1], r[2], r[3]) for r in rows))
-        if not texts:
-            return
-        hashes = [sha256(t) for t in texts]
-        todo = []
-        for batched, column, model_column in lanes:
-            stored = {r[0] for r in conn.execute(
-                f"SELECT DISTINCT embed_hash FROM passages WHERE {model_column} = %s AND embed_hash = ANY(%s) "
-                f"AND {column} IS NOT NULL", (batched.inner.name, hashes)).fetchall()}
-            todo.append([t for t, h in zip(texts, hashes) if h not in stored])
-    for (batched, _, _), missing in zip(lanes, todo):
-        batched.encode_ahead(missing)
-
-
-class BatchedEmbedder:
-    """The model, answering `encode_passages` from vectors encoded ahead for a
-    group of files (any text not prefetched goes to the model as before)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self._cache: dict[str, np.ndarray] = {}
-        self.seconds = 0.0
-        self.calls = 0
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def encode_ahead(self, texts: list[str]) -> None:
-        if not texts:
-            return
-        started = time.perf_counter()
-        vectors = self.inner.encode_passages(texts)
-        self.seconds += time.perf_counter() - started
-        self.calls += 1
-        self._cache.update(zip(texts, vectors))
-
-    def clear(self) -> None:
-        self._cache.clear()
-
-    def encode_passages(self, texts: list[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if missing:
-            self._cache.update(zip(missing, self.inner.encode_passages(missing)))
-        return np.stack([self._cache[t] for t in texts]) if texts else self.inner.encode_passages([])
 
 
 INGEST_FAILURES_SQL = """

@@ -19,7 +19,7 @@ import dagster as dg
 
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
-from library_pipeline.defs.ingest.store import mark_removed, register_files
+from library_pipeline.ingest.store import mark_removed, register_files
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline.run_plan import RANGE_SIZE, MAX_SINGLE_REQUESTS, chunked, plan_ranges, range_request
 

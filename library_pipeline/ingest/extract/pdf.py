@@ -9,10 +9,10 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from library_pipeline.defs.ingest.extract.common import Extracted, ExtractionError, Page, short_reason
-from library_pipeline.defs.ingest.extract.titles import clean_title, set_headings, title_from_filename
+from library_pipeline.ingest.extract.common import Extracted, ExtractionError, Page, short_reason
+from library_pipeline.ingest.extract.titles import clean_title, set_headings, title_from_filename
 
-log = logging.getLogger("library_pipeline.defs.ingest.extract")
+log = logging.getLogger("library_pipeline.ingest.extract")
 
 TESSDATA_DIR = "/usr/share/tesseract-ocr/5/tessdata"
 # A page with fewer characters than this but an image covering a quarter of it is a scan.

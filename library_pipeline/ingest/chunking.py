@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from library_pipeline.defs.ingest.extract import BOILERPLATE, Page, split_boilerplate
+from library_pipeline.ingest.extract import BOILERPLATE, Page, split_boilerplate
 
 log = logging.getLogger(__name__)
 

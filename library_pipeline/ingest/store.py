@@ -24,9 +24,10 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
-from library_pipeline.defs.ingest.chunking import chunk_pages
-from library_pipeline.defs.ingest.extract import ExtractionError, Page, extract_file
-from library_pipeline.defs.ingest.partitions import fs_path, partition_key_for
+from library_pipeline.ingest.chunking import chunk_pages
+from library_pipeline.ingest.extract import ExtractionError, Page, extract_file
+from library_pipeline.ingest.files import fs_path
+from library_pipeline.run_plan import partition_key_for
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 from serving.passage_writer import PassageRow, PassageWriter, ensure_indexes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from library_pipeline.defs.ingest.extract.common import Page
+from library_pipeline.ingest.extract.common import Page
 
 
 _JUNK_TITLE = re.compile(r"^(untitled|microsoft word\b|title\b|document\d*$|\S+\.(docx?|pdf|tex|dvi|indd|rtf|odt)$)",

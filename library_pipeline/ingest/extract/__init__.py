@@ -14,19 +14,19 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from library_pipeline.defs.ingest.extract.boilerplate import BOILERPLATE, split_boilerplate
-from library_pipeline.defs.ingest.extract.common import (
+from library_pipeline.ingest.extract.boilerplate import BOILERPLATE, split_boilerplate
+from library_pipeline.ingest.extract.common import (
     SUPPORTED_SUFFIXES,
     Extracted,
     ExtractionError,
     Page,
     short_reason,
 )
-from library_pipeline.defs.ingest.extract.epub import extract_epub
-from library_pipeline.defs.ingest.extract.language import detect_language
-from library_pipeline.defs.ingest.extract.pdf import extract_pdf
-from library_pipeline.defs.ingest.extract.text import decode_text, extract_text
-from library_pipeline.defs.ingest.extract.titles import title_from_filename
+from library_pipeline.ingest.extract.epub import extract_epub
+from library_pipeline.ingest.extract.language import detect_language
+from library_pipeline.ingest.extract.pdf import extract_pdf
+from library_pipeline.ingest.extract.text import decode_text, extract_text
+from library_pipeline.ingest.extract.titles import title_from_filename
 
 log = logging.getLogger(__name__)
 

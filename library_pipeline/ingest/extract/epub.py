@@ -18,10 +18,10 @@ import zipfile
 from pathlib import Path
 from urllib.parse import unquote
 
-from library_pipeline.defs.ingest.extract.common import Extracted, ExtractionError, Page, short_reason
-from library_pipeline.defs.ingest.extract.titles import clean_title, set_headings, title_from_filename
+from library_pipeline.ingest.extract.common import Extracted, ExtractionError, Page, short_reason
+from library_pipeline.ingest.extract.titles import clean_title, set_headings, title_from_filename
 
-log = logging.getLogger("library_pipeline.defs.ingest.extract")
+log = logging.getLogger("library_pipeline.ingest.extract")
 
 
 _BLOCK_TAGS = ["p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd", "tr", "table", "ul", "ol",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from library_pipeline.defs.ingest.extract.common import Page
+from library_pipeline.ingest.extract.common import Page
 
 _PG_START = re.compile(r"^[ \t]*\*{3}\s*START OF (?:THE|THIS) PROJECT GUTENBERG E-?BOOK[^\n]*$",
                        re.IGNORECASE | re.MULTILINE)

@@ -6,10 +6,10 @@ import logging
 import re
 from pathlib import Path
 
-from library_pipeline.defs.ingest.extract.common import Extracted, ExtractionError, Page
-from library_pipeline.defs.ingest.extract.titles import clean_title, title_from_filename
+from library_pipeline.ingest.extract.common import Extracted, ExtractionError, Page
+from library_pipeline.ingest.extract.titles import clean_title, title_from_filename
 
-log = logging.getLogger("library_pipeline.defs.ingest.extract")
+log = logging.getLogger("library_pipeline.ingest.extract")
 
 
 _PREFERRED_CODECS = ("cp1252", "cp1251", "koi8_r", "cp1250", "cp866")
