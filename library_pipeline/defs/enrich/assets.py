@@ -21,7 +21,7 @@ from pydantic import Field
 from library_pipeline.defs.enrich.kg_store import collect_orphans, kg_step
 from library_pipeline.defs.enrich.raptor import raptor_step
 from library_pipeline.defs.enrich.resources import GeneratorResource
-from library_pipeline.defs.ingest.assets import OWNERS, _each, _report, _sum, embeddings
+from library_pipeline.defs.ingest.assets import OWNERS, each_file, embeddings, report_files, sum_of
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import ENRICH_LANE, ENRICH_POOL
@@ -79,12 +79,12 @@ def raptor_tree(context: dg.AssetExecutionContext, config: RaptorConfig, library
                 embedder: EmbedderResource, llm: GeneratorResource) -> dg.MaterializeResult:
     db, generator = library_db.get(), llm.get()
     model = embedder.get(db)
-    results = _each(context, "raptor", lambda key: raptor_step(db, key, model, generator, force=config.force))
+    results = each_file(context, "raptor", lambda key: raptor_step(db, key, model, generator, force=config.force))
     seconds = sum(r.figures.get("summarise_seconds", 0.0) for r in results)
-    made = _sum("summaries")(results)
-    return _report(context, "raptor", results, lambda rs: {
-        "summaries": made, "passages": _sum("passages")(rs),
-        "sentences_embedded": _sum("sentences_embedded")(rs),
+    made = sum_of("summaries")(results)
+    return report_files(context, "raptor", results, lambda rs: {
+        "summaries": made, "passages": sum_of("passages")(rs),
+        "sentences_embedded": sum_of("sentences_embedded")(rs),
         "summariser": generator.name if generator else "extractive", "model": model.name,
         "summaries_per_s": round(made / seconds, 2) if seconds else 0.0,
     })
@@ -115,14 +115,14 @@ def knowledge_graph(context: dg.AssetExecutionContext, config: GraphConfig, libr
         remaining[0] = max(0, remaining[0] - int(result.figures.get("passages", 0)))
         return result
 
-    results = _each(context, "graph", one)
+    results = each_file(context, "graph", one)
     seconds = sum(r.figures.get("extract_seconds", 0.0) for r in results)
-    done = _sum("passages")(results)
+    done = sum_of("passages")(results)
     with db.connect() as conn:
         coverage = conn.execute(COVERAGE_SQL).fetchone()
-    return _report(context, "graph", results, lambda rs: {
-        "passages_extracted": done, "entities_touched": _sum("entities")(rs),
-        "relations_touched": _sum("relations")(rs), "budget": config.budget, "orphans_collected": orphans,
+    return report_files(context, "graph", results, lambda rs: {
+        "passages_extracted": done, "entities_touched": sum_of("entities")(rs),
+        "relations_touched": sum_of("relations")(rs), "budget": config.budget, "orphans_collected": orphans,
         "passages_per_s": round(done / seconds, 1) if seconds else 0.0,
         "extractor": generator.name if generator else "offline (spaCy / natasha + patterns)",
         "files_complete": coverage[0], "files_ingested": coverage[1],

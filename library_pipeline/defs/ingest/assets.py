@@ -39,8 +39,8 @@ class IngestConfig(dg.Config):
     force: bool = False  # redo the step even when the file and model are unchanged
 
 
-def _report(context: dg.AssetExecutionContext, step: str, results: list[StepResult],
-            extra: Callable[[list[StepResult]], dict] | None = None) -> dg.MaterializeResult:
+def report_files(context: dg.AssetExecutionContext, step: str, results: list[StepResult],
+                 extra: Callable[[list[StepResult]], dict] | None = None) -> dg.MaterializeResult:
     failed = [r for r in results if r.status == "failed"]
     if failed and len(results) == 1:
         r = failed[0]
@@ -70,9 +70,9 @@ def _report(context: dg.AssetExecutionContext, step: str, results: list[StepResu
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _each(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], StepResult],
-          db: Database | None = None, keys: list[str] | None = None, done: int = 0,
-          total: int | None = None) -> list[StepResult]:
+def each_file(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], StepResult],
+              db: Database | None = None, keys: list[str] | None = None, done: int = 0,
+              total: int | None = None) -> list[StepResult]:
     results = []
     keys = context.partition_keys if keys is None else keys
     total = len(keys) if total is None else total
@@ -94,7 +94,7 @@ def _each(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], Step
     return results
 
 
-def _sum(field: str) -> Callable[[list[StepResult]], int]:
+def sum_of(field: str) -> Callable[[list[StepResult]], int]:
     return lambda results: sum(int(r.figures.get(field, 0)) for r in results)
 
 
@@ -111,11 +111,11 @@ def extracted_text(context: dg.AssetExecutionContext, config: IngestConfig,
                    library_db: LibraryDatabase) -> dg.MaterializeResult:
     s = library_db.settings
     with ReusedConnection(library_db.get()) as db:
-        results = _each(context, "extract", lambda key: extract_step(
+        results = each_file(context, "extract", lambda key: extract_step(
             db, s.library_dir, key, ocr_languages=s.ocr_languages, max_bytes=s.max_file_bytes,
             force=config.force), db=db)
-    return _report(context, "extract", results, lambda rs: {
-        "pages": _sum("pages")(rs), "ocr_pages": _sum("ocr_pages")(rs), "chars": _sum("chars")(rs),
+    return report_files(context, "extract", results, lambda rs: {
+        "pages": sum_of("pages")(rs), "ocr_pages": sum_of("ocr_pages")(rs), "chars": sum_of("chars")(rs),
         "languages": ", ".join(sorted({str(r.figures["language"]) for r in rs if "language" in r.figures})) or "-",
     })
 
@@ -134,9 +134,9 @@ def chunks(context: dg.AssetExecutionContext, config: IngestConfig, library_db: 
            embedder: EmbedderResource) -> dg.MaterializeResult:
     model = embedder.get(library_db.get())
     with ReusedConnection(library_db.get()) as db:
-        results = _each(context, "chunk", lambda key: chunk_step(db, key, model, force=config.force), db=db)
-    return _report(context, "chunk", results, lambda rs: {
-        "chunks": _sum("chunks")(rs), "toc_chunks": _sum("toc_chunks")(rs)})
+        results = each_file(context, "chunk", lambda key: chunk_step(db, key, model, force=config.force), db=db)
+    return report_files(context, "chunk", results, lambda rs: {
+        "chunks": sum_of("chunks")(rs), "toc_chunks": sum_of("toc_chunks")(rs)})
 
 
 @dg.asset(
@@ -173,20 +173,20 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
                                     "embedding these files one by one")
                 for lane, _, _ in lanes:
                     lane.clear()
-            results += _each(context, "embed",
+            results += each_file(context, "embed",
                              lambda key: embed_step(db, key, model, force=config.force, writer=writer),
                              db=db, keys=group, done=len(results), total=len(keys))
             for lane, _, _ in lanes:
                 lane.clear()
     embed_seconds = sum(r.figures.get("embed_seconds", 0.0) for r in results) + batched.seconds
-    embedded = _sum("embedded")(results)
+    embedded = sum_of("embedded")(results)
     multi_seconds = sum(r.figures.get("embed_seconds_multilingual", 0.0) for r in results)
     if writer.multi is not None:
         multi_seconds += writer.multi.seconds
-    multi_embedded = _sum("embedded_multilingual")(results)
+    multi_embedded = sum_of("embedded_multilingual")(results)
     multi = next((r.figures["multilingual_model"] for r in results if "multilingual_model" in r.figures), None)
-    return _report(context, "embed", results, lambda rs: {
-        "passages": _sum("passages")(rs), "embedded": embedded, "reused": _sum("reused")(rs),
+    return report_files(context, "embed", results, lambda rs: {
+        "passages": sum_of("passages")(rs), "embedded": embedded, "reused": sum_of("reused")(rs),
         "model": model.name, "dims": model.dims,
         "seconds": round(sum(r.figures.get("seconds", 0.0) for r in rs) + batched.seconds
                          + (writer.multi.seconds if writer.multi is not None else 0.0), 3),
