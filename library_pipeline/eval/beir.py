@@ -271,7 +271,7 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
             figures["passages"] += r.figures.get("passages", 0)
             figures["embedded"] += r.figures.get("embedded", 0)
             figures["reused"] += r.figures.get("reused", 0)
-        for lane, _, _ in lanes:
+        for lane, _ in lanes:
             lane.clear()
         figures["embed_seconds"] += time.perf_counter() - t
         done += len(batch)
@@ -285,7 +285,7 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
                              "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (Jsonb(fingerprint),))
         figures["total_passages"] = conn.execute(
             "SELECT count(*) FROM passages WHERE summary_level = 0 AND NOT removed").fetchone()[0]
-    figures["encode_calls"] = sum(lane.calls for lane, _, _ in lanes)
+    figures["encode_calls"] = sum(lane.calls for lane, _ in lanes)
     figures["seconds"] = round(time.perf_counter() - started, 2)
     figures["chunk_seconds"] = round(figures["chunk_seconds"], 2)
     figures["embed_seconds"] = round(figures["embed_seconds"], 2)

@@ -52,23 +52,32 @@ def embed_groups(db: Database, keys: list[str]) -> list[list[str]]:
     return groups
 
 
-def batched_writer(model) -> tuple[PassageWriter, list[tuple["BatchedEmbedder", str, str]]]:
+def batched_writer(model) -> tuple[PassageWriter, list[tuple["BatchedEmbedder", str]]]:
     """A PassageWriter whose vector lanes (the primary model and, when on, the
     multilingual one) answer from vectors encoded ahead for a group of files, and the
-    lanes as `prefetch` takes them: (batched model, vector column, model-name column)."""
+    lanes as `prefetch` takes them: (batched model, vector column)."""
     writer = PassageWriter(BatchedEmbedder(model))
-    lanes = [(writer.primary, "embedding", "embed_model")]
+    lanes = [(writer.primary, "embedding")]
     if writer.multi is not None:
         writer.multi = BatchedEmbedder(writer.multi)
-        lanes.append((writer.multi, "embedding_multi", "embed_model_multi"))
+        lanes.append((writer.multi, "embedding_multi"))
     return writer, lanes
 
 
-def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str, str]],
+# embed_hashes already stored under a lane's model, per vector column
+_STORED_SQL = {
+    "embedding": "SELECT DISTINCT embed_hash FROM passages "
+                 "WHERE embed_model = %s AND embed_hash = ANY(%s) AND embedding IS NOT NULL",
+    "embedding_multi": "SELECT DISTINCT embed_hash FROM passages "
+                       "WHERE embed_model_multi = %s AND embed_hash = ANY(%s) AND embedding_multi IS NOT NULL",
+}
+
+
+def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str]],
              *, force: bool = False) -> None:
     """Encode the pending chunk texts of `keys` with each lane's model in one call
     (vectors already stored under that model are reused by the step, not encoded).
-    `lanes`: (batched model, vector column, model-name column) per vector lane."""
+    `lanes`: (batched model, vector column) per vector lane."""
     if len(keys) <= 1:
         return  # nothing to batch across
     with db.connect() as conn:
@@ -78,12 +87,11 @@ def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple
             return
         hashes = [sha256(t) for t in texts]
         todo = []
-        for batched, column, model_column in lanes:
-            stored = {r[0] for r in conn.execute(
-                f"SELECT DISTINCT embed_hash FROM passages WHERE {model_column} = %s AND embed_hash = ANY(%s) "
-                f"AND {column} IS NOT NULL", (batched.inner.name, hashes)).fetchall()}
+        for batched, column in lanes:
+            query = _STORED_SQL[column]
+            stored = {r[0] for r in conn.execute(query, (batched.inner.name, hashes)).fetchall()}
             todo.append([t for t, h in zip(texts, hashes) if h not in stored])
-    for (batched, _, _), missing in zip(lanes, todo):
+    for (batched, _), missing in zip(lanes, todo):
         batched.encode_ahead(missing)
 
 

@@ -171,12 +171,12 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
             except Exception as exc:
                 context.log.warning(f"embed: batch encode failed ({type(exc).__name__}: {exc}); "
                                     "embedding these files one by one")
-                for lane, _, _ in lanes:
+                for lane, _ in lanes:
                     lane.clear()
             results += each_file(context, "embed",
                              lambda key: embed_step(db, key, model, force=config.force, writer=writer),
                              db=db, keys=group, done=len(results), total=len(keys))
-            for lane, _, _ in lanes:
+            for lane, _ in lanes:
                 lane.clear()
     embed_seconds = sum(r.figures.get("embed_seconds", 0.0) for r in results) + batched.seconds
     embedded = sum_of("embedded")(results)
