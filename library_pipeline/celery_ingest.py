@@ -175,6 +175,7 @@ class WorkerRoster:
         self.first_ping: float | None = None   # the first ping that got through the broker
         self.last_ping: float | None = None
         self.last_any: float | None = None     # the last time any worker answered
+        self.idle_since: float | None = None   # since when every answering worker runs no task
 
     def refresh(self) -> None:
         with self._lock:
@@ -194,6 +195,28 @@ class WorkerRoster:
                     self.last_seen[name] = now
             if replies:
                 self.last_any = now
+            self._look_at_tasks(bool(replies), now)
+
+    def _look_at_tasks(self, answered: bool, now: float) -> None:
+        try:
+            active = self.app.control.inspect(timeout=2.0).active() or {}
+        except Exception as exc:
+            log.warning("watchdog: celery inspect failed (%s: %s)", type(exc).__name__, exc)
+            active = None
+        if not answered or active is None or any(active.values()):
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+
+    def lost_workers(self) -> list[str]:
+        return sorted(w for w in self.last_seen if self.gone(w))
+
+    def all_idle(self) -> bool:
+        """True when every worker that answers has run no task for WORKER_LOST_AFTER_S.
+        Prefetch is off, so an idle worker takes a queued step at once: a step handed
+        to celery that no one runs through such a stretch went to a worker now lost."""
+        return (self.idle_since is not None and self.last_ping is not None
+                and self.last_ping - self.idle_since >= WORKER_LOST_AFTER_S)
 
     def gone(self, worker: str) -> bool:
         """True when pings have got through for WORKER_LOST_AFTER_S and `worker` answered none of them."""
@@ -208,12 +231,15 @@ class WorkerRoster:
         return self.last_ping - (self.last_any or self.first_ping) >= NO_WORKER_TIMEOUT_S
 
 
-def _step_on_worker(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str] | None:
-    """(step key, worker) of the run's step a celery worker started and has not
-    finished: the worker writes an "Executing steps … in celery worker" engine event
-    (with its node name) to the run's event log when it starts the step."""
+def _steps_in_flight(instance: dg.DagsterInstance, run_id: str) -> tuple[tuple[str, str] | None, str | None]:
+    """The run's step a celery worker started and has not finished, as (step key, worker),
+    and a step handed to celery that no worker has started yet. A worker writes an
+    "Executing steps … in celery worker" engine event (with its node name) to the run's
+    event log when it starts a step; the run's executor writes "Submitting celery task
+    for step …" when it queues one."""
     from dagster._core.events import DagsterEventType
 
+    submitted: list[str] = []
     started: dict[str, str] = {}
     finished: set[str] = set()
     records = instance.get_records_for_run(
@@ -228,10 +254,13 @@ def _step_on_worker(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str
             worker = metadata.get("Celery worker")
             if worker is not None:
                 started[event.step_key] = str(getattr(worker, "value", worker))
+            elif (event.message or "").startswith("Submitting celery task"):
+                submitted.append(event.step_key)
         else:
             finished.add(event.step_key)
     running = [(key, worker) for key, worker in started.items() if key not in finished]
-    return running[-1] if running else None
+    waiting = [key for key in submitted if key not in started and key not in finished]
+    return (running[-1] if running else None), (waiting[-1] if waiting else None)
 
 
 def _lost(instance: dg.DagsterInstance, roster: WorkerRoster, attempt: str) -> tuple[dg.DagsterRun, str] | None:
@@ -241,10 +270,17 @@ def _lost(instance: dg.DagsterInstance, roster: WorkerRoster, attempt: str) -> t
         return None
     run = runs[0]
     roster.refresh()
-    holder = _step_on_worker(instance, run.run_id)
+    holder, waiting = _steps_in_flight(instance, run.run_id)
     if holder is not None and roster.gone(holder[1]):
         return run, (f"celery worker {holder[1]} was lost while running step {holder[0]} "
                      f"(no answer to pings for {WORKER_LOST_AFTER_S:.0f} s)")
+    # A worker killed after taking a step from the queue but before starting it leaves
+    # no trace in the run's log; the run would wait for that step's result forever.
+    lost = roster.lost_workers()
+    if holder is None and waiting is not None and lost and roster.all_idle():
+        return run, (f"celery worker {', '.join(lost)} was lost while holding step {waiting} "
+                     f"before it started (every worker that answers has been idle for "
+                     f"{WORKER_LOST_AFTER_S:.0f} s)")
     if roster.none_left():
         return run, f"no celery worker answered for {NO_WORKER_TIMEOUT_S:.0f} s"
     return None
