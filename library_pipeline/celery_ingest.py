@@ -231,15 +231,12 @@ class WorkerRoster:
         return self.last_ping - (self.last_any or self.first_ping) >= NO_WORKER_TIMEOUT_S
 
 
-def _steps_in_flight(instance: dg.DagsterInstance, run_id: str) -> tuple[tuple[str, str] | None, str | None]:
-    """The run's step a celery worker started and has not finished, as (step key, worker),
-    and a step handed to celery that no worker has started yet. A worker writes an
-    "Executing steps … in celery worker" engine event (with its node name) to the run's
-    event log when it starts a step; the run's executor writes "Submitting celery task
-    for step …" when it queues one."""
+def _step_on_worker(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str] | None:
+    """(step key, worker) of the run's step a celery worker started and has not
+    finished: the worker writes an "Executing steps … in celery worker" engine event
+    (with its node name) to the run's event log when it starts the step."""
     from dagster._core.events import DagsterEventType
 
-    submitted: list[str] = []
     started: dict[str, str] = {}
     finished: set[str] = set()
     records = instance.get_records_for_run(
@@ -254,13 +251,16 @@ def _steps_in_flight(instance: dg.DagsterInstance, run_id: str) -> tuple[tuple[s
             worker = metadata.get("Celery worker")
             if worker is not None:
                 started[event.step_key] = str(getattr(worker, "value", worker))
-            elif (event.message or "").startswith("Submitting celery task"):
-                submitted.append(event.step_key)
         else:
             finished.add(event.step_key)
     running = [(key, worker) for key, worker in started.items() if key not in finished]
-    waiting = [key for key in submitted if key not in started and key not in finished]
-    return (running[-1] if running else None), (waiting[-1] if waiting else None)
+    return running[-1] if running else None
+
+
+def _silent_for(instance: dg.DagsterInstance, run_id: str) -> float:
+    """Seconds since the run's last event."""
+    last = instance.get_records_for_run(run_id, limit=1, ascending=False).records
+    return time.time() - last[0].event_log_entry.timestamp if last else 0.0
 
 
 def _lost(instance: dg.DagsterInstance, roster: WorkerRoster, attempt: str) -> tuple[dg.DagsterRun, str] | None:
@@ -270,16 +270,19 @@ def _lost(instance: dg.DagsterInstance, roster: WorkerRoster, attempt: str) -> t
         return None
     run = runs[0]
     roster.refresh()
-    holder, waiting = _steps_in_flight(instance, run.run_id)
+    holder = _step_on_worker(instance, run.run_id)
     if holder is not None and roster.gone(holder[1]):
         return run, (f"celery worker {holder[1]} was lost while running step {holder[0]} "
                      f"(no answer to pings for {WORKER_LOST_AFTER_S:.0f} s)")
-    # A worker killed after taking a step from the queue but before starting it leaves
-    # no trace in the run's log; the run would wait for that step's result forever.
+    # A worker can die holding a step without its name on it: after taking the step
+    # from the queue but before starting it, or after the step's success was written
+    # but before its result reached the run. Either way the run waits for that result
+    # forever, with no step running, no worker busy and nothing written to its log.
     lost = roster.lost_workers()
-    if holder is None and waiting is not None and lost and roster.all_idle():
-        return run, (f"celery worker {', '.join(lost)} was lost while holding step {waiting} "
-                     f"before it started (every worker that answers has been idle for "
+    if (holder is None and lost and roster.all_idle()
+            and _silent_for(instance, run.run_id) >= WORKER_LOST_AFTER_S):
+        return run, (f"celery worker {', '.join(lost)} was lost while holding a step of this run "
+                     f"(no step running, every worker that answers idle and the run silent for "
                      f"{WORKER_LOST_AFTER_S:.0f} s)")
     if roster.none_left():
         return run, f"no celery worker answered for {NO_WORKER_TIMEOUT_S:.0f} s"
