@@ -195,18 +195,18 @@ class WorkerRoster:
                     self.last_seen[name] = now
             if replies:
                 self.last_any = now
-            self._look_at_tasks(bool(replies), now)
+            # what the workers run only matters once one has gone missing (all_idle is
+            # asked only then), so the inspect broadcast is skipped while all answer
+            missing = any(seen < now for seen in self.last_seen.values())
+            self.idle_since = self._idle_since(now) if replies and missing else None
 
-    def _look_at_tasks(self, answered: bool, now: float) -> None:
+    def _idle_since(self, now: float) -> float | None:
         try:
             active = self.app.control.inspect(timeout=2.0).active() or {}
         except Exception as exc:
             log.warning("watchdog: celery inspect failed (%s: %s)", type(exc).__name__, exc)
-            active = None
-        if not answered or active is None or any(active.values()):
-            self.idle_since = None
-        elif self.idle_since is None:
-            self.idle_since = now
+            return None
+        return None if any(active.values()) else (self.idle_since or now)
 
     def lost_workers(self) -> list[str]:
         return sorted(w for w in self.last_seen if self.gone(w))
