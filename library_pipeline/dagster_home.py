@@ -18,6 +18,12 @@ log = logging.getLogger(__name__)
 # The main table of each instance storage: dagster-postgres creates a storage's
 # tables (and stamps alembic, migrates, reindexes) only when this one is missing.
 INSTANCE_TABLES = ("runs", "instance_info", "event_logs", "jobs")
+# Events a step or a run launch emits together are held and written as one batch
+# of up to this many (Dagster's own switch, DAGSTER_EVENT_BATCH_SIZE, read per
+# event; 0 = one by one). A sensor range run of 200 files plans 600
+# materializations and reports 200 per asset. Measured on a 600-small-file first
+# sync on the Postgres instance: 83 s / 77 s without, 59 s / 58 s with.
+EVENT_BATCH_SIZE = 1000
 INSTANCE_LOCK_ID = 7_301_116  # pg_advisory_lock key: one creation of the instance tables at a time
 
 # the run lanes and pools are declared once, in library_pipeline.run_plan; the
@@ -37,7 +43,10 @@ def prepare_dagster_home(db: Database) -> Path:
     # environment rather than writing it to disk; the embedded one has none.
     postgres_url = url if db.embedded else {"env": "LIBRARY_DAGSTER_PG_URL"}
     config = {
-        "storage": {"postgres": {"postgres_url": postgres_url}},
+        # dagster-postgres's storage, with a range run's planned events written in
+        # batches (library_pipeline.dagster_storage)
+        "storage": {"custom": {"module": "library_pipeline.dagster_storage", "class": "LibraryPostgresStorage",
+                               "config": {"postgres_url": postgres_url}}},
         "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
         # run limits live here once `concurrency` is used (Dagster refuses them in
         # the run coordinator's config then)
@@ -61,6 +70,8 @@ def prepare_dagster_home(db: Database) -> Path:
             tmp.write_text(text)
             os.replace(tmp, target)
     os.environ["DAGSTER_HOME"] = str(home)
+    # inherited by the daemon, the webserver, run workers and celery workers started from here
+    os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", str(EVENT_BATCH_SIZE))
     ensure_instance_tables(home, url)
     return home
 

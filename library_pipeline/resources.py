@@ -69,6 +69,14 @@ class LibraryDatabase(dg.ConfigurableResource):
         return _DATABASES[key]
 
 
+def release_databases(home: Path) -> None:
+    """Give up this process's resource handles on the library under `home` (a
+    benchmark that moves on to a fresh database would otherwise keep each old
+    embedded server running until it exits)."""
+    for key in [k for k in _DATABASES if Path(k[1]) == Path(home)]:
+        _DATABASES.pop(key).stop()
+
+
 class EmbedderResource(dg.ConfigurableResource):
     """Passage/query embedder: bundled MiniLM, any sentence-transformers model, or Ollama."""
 

@@ -1,0 +1,98 @@
+"""The instance storage `library up`, `library ingest` and the celery workers
+use: dagster-postgres with a range run's planned events written in batches.
+What the UI reads from them must be what it reads from per-event writes: every
+partition of a range run planned and then materialized, a failed
+single-partition run's partition failed (red), and a run launched in another
+process rebuilding the same storage from the instance reference."""
+
+import os
+
+import dagster as dg
+import pytest
+from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+
+from library_pipeline.dagster_home import EVENT_BATCH_SIZE, prepare_dagster_home
+from library_pipeline.dagster_storage import LibraryEventLogStorage
+
+FILES = dg.DynamicPartitionsDefinition(name="storage_test_files")
+
+
+@dg.asset(partitions_def=FILES, backfill_policy=dg.BackfillPolicy.single_run())
+def first(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    if any(key.startswith("bad") for key in context.partition_keys):
+        raise dg.Failure(description="bad file: unreadable")
+    return dg.MaterializeResult(metadata={"files": len(context.partition_keys)})
+
+
+@dg.asset(partitions_def=FILES, backfill_policy=dg.BackfillPolicy.single_run(), deps=[first])
+def second(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata={"files": len(context.partition_keys)})
+
+
+@pytest.fixture()
+def library_instance(db, tmp_path, monkeypatch):
+    # prepare_dagster_home exports these; monkeypatch puts them back afterwards
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "")  # restored (unset) afterwards
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE")
+    monkeypatch.setenv("LIBRARY_DAGSTER_PG_URL", "")
+    prepare_dagster_home(db)
+    with dg.DagsterInstance.get() as instance:
+        yield instance
+
+
+def _planned_partitions(instance: dg.DagsterInstance, run_id: str, asset: dg.AssetsDefinition) -> list[str]:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED).records
+    return sorted(r.event_log_entry.dagster_event.event_specific_data.partition for r in records
+                  if r.event_log_entry.dagster_event.asset_key == asset.key)
+
+
+def test_range_run_planned_and_materialized_per_partition(library_instance, monkeypatch, capfd):
+    instance = library_instance
+    storage = instance.event_log_storage
+    assert isinstance(storage, LibraryEventLogStorage)
+    assert os.environ["DAGSTER_EVENT_BATCH_SIZE"] == str(EVENT_BATCH_SIZE)
+    batches: list[set[str]] = []
+    real_batch = storage.store_event_batch
+
+    def recorded(events):
+        batches.append({e.get_dagster_event().event_type_value for e in events})
+        real_batch(events)
+
+    monkeypatch.setattr(storage, "store_event_batch", recorded)
+    keys = [f"file-{i:03d}" for i in range(30)]
+    instance.add_dynamic_partitions(FILES.name, keys)
+    result = dg.materialize([first, second], instance=instance, tags={
+        "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+    assert result.success
+    # the 60 planned events went through the batch path, and it did not fall back to
+    # one-by-one writes (Dagster swallows a failing batch and prints this)
+    assert {"ASSET_MATERIALIZATION_PLANNED"} in batches
+    assert "Exception while storing event batch" not in capfd.readouterr().err
+    for asset in (first, second):
+        assert _planned_partitions(instance, result.run_id, asset) == keys
+        assert instance.get_materialized_partitions(asset.key) == set(keys)
+        # the asset index the UI's asset page reads: the latest planned event is this run's
+        info = instance.get_latest_planned_materialization_info(asset.key)
+        assert info is not None and info.run_id == result.run_id
+        cache = get_and_update_asset_status_cache_value(instance, asset.key, FILES)
+        assert cache.deserialize_materialized_partition_subsets(FILES).get_partition_keys() == set(keys)
+
+
+def test_failed_single_file_run_marks_its_partition_failed(library_instance):
+    instance = library_instance
+    instance.add_dynamic_partitions(FILES.name, ["good-1", "good-2", "bad-1"])
+    failed = dg.materialize([first], instance=instance, partition_key="bad-1", raise_on_error=False)
+    assert not failed.success
+    ok = dg.materialize([first], instance=instance, tags={
+        "dagster/asset_partition_range_start": "good-1", "dagster/asset_partition_range_end": "good-2"})
+    assert ok.success
+    cache = get_and_update_asset_status_cache_value(instance, first.key, FILES)
+    assert cache.deserialize_failed_partition_subsets(FILES).get_partition_keys() == {"bad-1"}
+    assert cache.deserialize_materialized_partition_subsets(FILES).get_partition_keys() == {"good-1", "good-2"}
+
+
+def test_run_in_another_process_rebuilds_the_same_storage(library_instance):
+    # a launched run (daemon, `library up`) gets the instance as a reference
+    with dg.DagsterInstance.from_ref(library_instance.get_ref()) as rebuilt:
+        assert isinstance(rebuilt.event_log_storage, LibraryEventLogStorage)
