@@ -32,15 +32,20 @@ from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_c
 _PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
 
 
+def _arguments(inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]) -> dict[str, Any]:
+    """dagster.yaml's `postgres_url` / `postgres_db` config as dagster-postgres reads it."""
+    return {"inst_data": inst_data, "postgres_url": pg_url_from_config(config_value),
+            "should_autocreate_tables": config_value.get("should_autocreate_tables", True),
+            "token_provider": get_token_provider_from_config(config_value)}
+
+
 class LibraryEventLogStorage(PostgresEventLogStorage):
     """dagster-postgres's event log; a batch of planned events in one INSERT."""
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None,
                           config_value: Mapping[str, Any]) -> LibraryEventLogStorage:
-        return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
-                   should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-                   token_provider=get_token_provider_from_config(config_value))
+        return cls(**_arguments(inst_data, config_value))
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         if len(events) < 2 or any(e.get_dagster_event().event_type != _PLANNED for e in events):
@@ -63,6 +68,8 @@ class LibraryPostgresStorage(DagsterPostgresStorage):
 
     def __init__(self, postgres_url: str, should_autocreate_tables: bool = True,
                  inst_data: ConfigurableClassData | None = None, token_provider: Any = None) -> None:
+        # the parent's __init__ is not called: it would build a plain event log first,
+        # one more table check on a new connection for every instance
         self.postgres_url = postgres_url
         self.should_autocreate_tables = should_autocreate_tables
         self._inst_data = inst_data
@@ -77,9 +84,7 @@ class LibraryPostgresStorage(DagsterPostgresStorage):
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None,  # type: ignore[override]
                           config_value: Mapping[str, Any]) -> LibraryPostgresStorage:
-        return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
-                   should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-                   token_provider=get_token_provider_from_config(config_value))
+        return cls(**_arguments(inst_data, config_value))
 
     @property
     def event_storage_data(self) -> ConfigurableClassData | None:
