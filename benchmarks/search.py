@@ -118,16 +118,22 @@ def fresh_database(server: Database, name: str, reuse: bool) -> tuple[Database, 
 
 
 def time_queries(conn, embedder, queries: list[str], *, repeat: int = 1, filters=None, top_k: int = 10,
-                 warm: int = 5, multi=None) -> tuple[list[dict[str, float]], list[int]]:
+                 warm: int = 5, multi=None, side=None,
+                 answers: list[list[int]] | None = None) -> tuple[list[dict[str, float]], list[int]]:
+    """Warm searches' stage timings and result counts. `side`: the second connection the
+    serving runtime lends a search (its vector lanes run there, beside the keyword lane).
+    `answers` collects each search's passage ids, to check that both ways agree."""
     cfg = SearchConfig(rerank=False, log_queries=False)
     for q in queries[:warm]:
-        search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg, multilingual=multi)
+        search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg, multilingual=multi, side=side)
     samples, counts = [], []
     for _ in range(repeat):
         for q in queries:
-            r = search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg, multilingual=multi)
+            r = search(conn, embedder, q, top_k=top_k, filters=filters, config=cfg, multilingual=multi, side=side)
             samples.append(dict(r.timings))
             counts.append(len(r.results))
+            if answers is not None:
+                answers.append([x.passage_id for x in r.results])
     return samples, counts
 
 
@@ -142,7 +148,7 @@ def bench_sample(server: Database, embedder, multi, reuse: bool) -> dict:
         log.info("sample library built in %.0fs", time.perf_counter() - started)
     with db.connect() as conn:
         n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
-        samples, _ = time_queries(conn, embedder, SAMPLE_QUERIES, repeat=5, multi=multi)
+        samples, _ = time_queries(conn, embedder, SAMPLE_QUERIES, repeat=5, multi=multi)  # one connection
     table = stage_table(samples)
     print_table(f"sample library ({n} passages), {len(samples)} warm searches, no cross-encoder", table)
     return {"passages": n, "searches": len(samples), "stages": table}
@@ -337,16 +343,27 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
     if build_only:
         return {"build": build}
     qs = queries[:n_queries]
-    with db.connect() as conn:
+    with db.connect() as conn, db.connect() as side:
         n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
         lanes = "both vector lanes" if multi is not None else "one vector lane"
-        samples, _ = time_queries(conn, embedder, qs, multi=multi)
+        serial_answers: list[list[int]] = []
+        side_answers: list[list[int]] = []
+        ssamples, _ = time_queries(conn, embedder, qs, multi=multi, answers=serial_answers)
+        stable = stage_table(ssamples)
+        print_table(f"SciFact-derived corpus ({n} passages, '{mode}' vectors, {lanes}), {len(ssamples)} warm "
+                    "searches, no cross-encoder, one connection (the stages in turn)", stable)
+        # as the serving runtime searches (serving/runtime.py): a second pooled connection
+        # runs the vector stage beside the keyword lane
+        samples, _ = time_queries(conn, embedder, qs, multi=multi, side=side, answers=side_answers)
         table = stage_table(samples)
-        print_table(f"SciFact-derived corpus ({n} passages, '{mode}' vectors, {lanes}), {len(samples)} warm "
-                    "searches, no cross-encoder", table)
-        fsamples, counts = time_queries(conn, embedder, qs[:100], filters={"scope": "department"}, multi=multi)
+        print_table(f"same, {len(samples)} warm searches with a second connection (vector stage beside "
+                    "the keyword lane; as the MCP server and CLI search)", table)
+        same = sum(a == b for a, b in zip(serial_answers, side_answers))
+        print(f"  same top-k both ways: {same}/{len(serial_answers)}")
+        fsamples, counts = time_queries(conn, embedder, qs[:100], filters={"scope": "department"}, multi=multi,
+                                        side=side)
         ftable = stage_table(fsamples)
-        print_table("same, filtered to scope 'department' (2% of rows)", ftable)
+        print_table("same, filtered to scope 'department' (2% of rows), with the second connection", ftable)
         full_k = sum(c == 10 for c in counts)
         print(f"  filtered searches returning the full k=10: {full_k}/{len(counts)}")
         pred = passage_predicate(SearchFilters(scopes=("department",)))
@@ -359,12 +376,14 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
                 {**pred.params, "qvec": HalfVector(qv), "k": 50})]
         plan_lines = [ln.strip()[:110] for ln in plan if "Order By" not in ln]
         print("  filtered vector plan: " + " | ".join(plan_lines[:4]) + " | " + plan_lines[-1])
-        log.info("measuring recall@10 ...")
         rq = qs[: min(recall_queries, len(qs))]
-        qvecs = embedder.encode_queries(rq)
-        f32 = np.load(f32_path) if f32_path.exists() else None
-        rec = {"primary": recall(conn, embedder, qvecs, f32, [100, 200, 400, 800])}
-        if multi is not None:
+        rec: dict = {}
+        if rq:   # --recall-queries 0: timings only (an exact scan per query is seconds at 1M)
+            log.info("measuring recall@10 ...")
+            qvecs = embedder.encode_queries(rq)
+            f32 = np.load(f32_path) if f32_path.exists() else None
+            rec["primary"] = recall(conn, embedder, qvecs, f32, [100, 200, 400, 800])
+        if rq and multi is not None:
             rec["multilingual"] = recall(conn, multi, multi.encode_queries(rq), None, [100, 400, 800],
                                          column="multilingual")
     for lane, r in rec.items():
@@ -372,6 +391,7 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
         for key, val in r.items():
             print(f"  {key}: {val}")
     return {"passages": n, "vectors": mode, "build": build, "searches": len(samples), "stages": table,
+            "stages_one_connection": stable, "same_top_k_both_ways": f"{same}/{len(serial_answers)}",
             "filtered": {"stages": ftable, "full_k": f"{full_k}/{len(counts)}", "plan": plan_lines},
             "recall": rec}
 

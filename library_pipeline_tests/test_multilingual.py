@@ -229,3 +229,80 @@ def test_mcp_answers_russian_questions_about_both_books(library, tmp_path):
                 assert "multilingual" in top["lanes"]
 
     asyncio.run(run())
+
+
+# English and Russian questions, a filter, a document filter (the exact-scan path)
+SIDE_SEARCHES = [(q, None) for q, _, _ in QUESTIONS] + [
+    ("Alice follows the White Rabbit down the hole", None),
+    ("Гринёв уезжает из дома", {"source": "library"}),
+    ("the bottle marked DRINK ME", {"path": ALICE}),
+]
+
+
+def _answer(resp) -> tuple:
+    return ([(r.passage_id, r.score, r.lanes) for r in resp.results], [r.passage_id for r in resp.summaries],
+            list(resp.stages.items()), list(resp.timings), resp.warnings, resp.query_language)
+
+
+def test_vector_stage_on_a_second_connection_gives_the_same_answer(library, embedder):
+    """search(side=...) runs the query embeddings, both vector lanes and the summaries on the
+    second connection while the keyword lane runs on the first: the answer, the stages and
+    their order are those of the search that runs everything in turn."""
+    db, _ = library
+    ran: dict[str, list[str]] = {"conn": [], "side": []}
+    with db.connect() as conn, db.connect() as side:
+        for name, c in (("conn", conn), ("side", side)):
+            real = c.execute
+
+            def spy(query, params=None, *args, _real=real, _name=name, _c=c, **kwargs):
+                text = query if isinstance(query, str) else query.as_string(_c)
+                ran[_name].append(text)
+                return _real(query, params, *args, **kwargs)
+
+            c.execute = spy
+        for query, filters in SIDE_SEARCHES:
+            one = search(conn, embedder, query, top_k=8, filters=filters,
+                         config=SearchConfig(log_queries=False))
+            ran["conn"].clear()
+            two = search(conn, embedder, query, top_k=8, filters=filters, side=side,
+                         config=SearchConfig(log_queries=False))
+            assert one.results, query
+            assert _answer(one) == _answer(two), query
+            assert any("<=>" in q for q in ran["side"]) and any("postings" in q for q in ran["conn"])
+            assert not any("<=>" in q for q in ran["conn"]), "a vector lane ran on the first connection"
+            assert not any("postings" in q for q in ran["side"])
+            assert side.info.transaction_status.name == "IDLE"
+            ran["side"].clear()
+
+
+def test_a_broken_second_connection_fails_the_search_and_spares_the_first(library, embedder):
+    import psycopg
+
+    db, _ = library
+    with db.connect() as conn:
+        side = db.connect()
+        side.close()
+        with pytest.raises(psycopg.OperationalError):
+            search(conn, embedder, QUESTIONS[0][0], top_k=3, side=side)
+        assert conn.info.transaction_status.name == "IDLE"
+        assert search(conn, embedder, QUESTIONS[0][0], top_k=3).results
+
+
+def test_the_serving_runtime_lends_a_free_connection_only(library, embedder):
+    """Library.search borrows a second pooled connection when one is free at once; with
+    the pool in use it searches on one connection rather than wait."""
+    from serving.runtime import Library
+
+    db, _ = library
+    question = QUESTIONS[1][0]
+    with db.connect() as conn:
+        expected = [r.passage_id for r in search(conn, embedder, question, top_k=5).results]
+    lib = Library(db.settings, embedder=embedder, pool_size=2)
+    try:
+        with lib.connection() as first, lib.spare_connection() as second:
+            assert second is not None and second is not first
+            with lib.spare_connection() as third:
+                assert third is None   # both pooled connections are taken
+        assert [r.passage_id for r in lib.search(question, top_k=5).results] == expected
+    finally:
+        lib.close()

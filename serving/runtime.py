@@ -29,6 +29,9 @@ POOL_TIMEOUT_S = 5.0
 # 5.7 s after the server was back. Giving a retry series up after 2 s makes the
 # next call start a fresh one at once; measured recovery then ~1 s (test_crash.py).
 RECONNECT_TIMEOUT_S = 2.0
+# A search borrows a second connection for its vector lanes only if one is free within
+# this long (serving.search.engine's `side`); a busy pool costs it the overlap, not a wait.
+SPARE_WAIT_S = 0.002
 
 
 class Library:
@@ -71,7 +74,7 @@ class Library:
                     from psycopg_pool import ConnectionPool
 
                     self.db.ensure_schema()
-                    self._pool = ConnectionPool(self.db.dsn, min_size=1, max_size=self._pool_size,
+                    self._pool = ConnectionPool(self.db.dsn, min_size=min(2, self._pool_size), max_size=self._pool_size,
                                                 configure=register_vector, check=ConnectionPool.check_connection,
                                                 open=True, name="library-serving", timeout=POOL_TIMEOUT_S,
                                                 reconnect_timeout=RECONNECT_TIMEOUT_S)
@@ -102,6 +105,22 @@ class Library:
             raise ConnectionError(f"the library database is unreachable ({what}); it may be restarting - "
                                   f"retry in a few seconds") from None
 
+    @contextmanager
+    def spare_connection(self) -> Iterator[psycopg.Connection | None]:
+        """A second pooled connection if one is free at once, else None."""
+        from psycopg_pool import PoolTimeout
+
+        pool = self._get_pool()
+        try:
+            conn = pool.getconn(timeout=SPARE_WAIT_S)
+        except (PoolTimeout, psycopg.OperationalError):
+            yield None
+            return
+        try:
+            yield conn
+        finally:
+            pool.putconn(conn)
+
     def warm_up(self) -> None:
         """Load the embedder and open the pool now rather than on the first call."""
         self.embedder()
@@ -119,8 +138,8 @@ class Library:
         from serving.search import search
 
         embedder = self.embedder()
-        with self.connection() as conn:
-            return search(conn, embedder, query, top_k=top_k, filters=filters, config=config)
+        with self.connection() as conn, self.spare_connection() as side:
+            return search(conn, embedder, query, top_k=top_k, filters=filters, config=config, side=side)
 
     def files(self, pattern: str, limit: int = 50) -> dict[str, Any]:
         from serving.inventory import library_files

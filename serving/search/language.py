@@ -22,12 +22,18 @@ LANGUAGES = ("en", "ru", "uk", "de", "fr", "es", "it", "pt", "nl", "sv", "no", "
 CONFIDENT = 0.95
 
 _LETTER = re.compile(r"[^\W\d_]")
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
 
 
 def script(text: str, limit: int = 600) -> str:
     """'cyrillic', 'latin', 'other' or 'none' (no letters): the majority script of the
     first `limit` characters' letters."""
-    letters = _LETTER.findall(text[:limit])
+    head = text[:limit]
+    if head.isascii():
+        # the common case, answered without the Unicode letter class: a search scripts
+        # ~140 passages, and that took 14 ms of a 1M-passage search's 110 ms
+        return "latin" if _ASCII_LETTER.search(head) else "none"
+    letters = _LETTER.findall(head)
     if not letters:
         return "none"
     cyr = sum(1 for ch in letters if "\u0400" <= ch <= "\u04ff")
