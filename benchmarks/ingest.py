@@ -183,7 +183,7 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
     in this process (the daemon launches them the same way, one run per request)."""
     from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
     from library_pipeline.defs.ingest.sensors import library_folder_sensor
-    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_lexeme_statistics
+    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_corpus_indexes
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
     library_db = LibraryDatabase.from_settings(db.settings)
@@ -202,7 +202,7 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
         run = dg.materialize([extracted_text, chunks, embeddings], instance=instance, resources=resources,
                              tags=tags, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
         failed += not run.success
-    refresh_lexeme_statistics(instance, library_db, reason="benchmark")
+    refresh_corpus_indexes(instance, library_db, reason="benchmark")
     return {"tick_s": round(tick, 3), "runs": len(result.run_requests), "failed_runs": failed}
 
 

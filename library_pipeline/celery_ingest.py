@@ -349,7 +349,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
                       batch: int | None = None) -> dict:
     """Ingest the whole library folder through the celery workers, `parallel` runs
     in flight. Returns the same summary as `run_ingest` plus the runs' history."""
-    from library_pipeline.ingest_runner import ingest_summary, refresh_lexeme_statistics, register_library
+    from library_pipeline.ingest_runner import ingest_summary, refresh_corpus_indexes, register_library
 
     started = time.perf_counter()
     prepare_dagster_home(db)
@@ -390,7 +390,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
         list(pool.map(one_span, spans))
 
     with dg.DagsterInstance.get() as instance:
-        refresh_lexeme_statistics(instance, LibraryDatabase.from_settings(db.settings), reason="celery")
+        refresh_corpus_indexes(instance, LibraryDatabase.from_settings(db.settings), reason="celery")
     return {**ingest_summary(db, keys, removed), "runs": history, "seconds": time.perf_counter() - started}
 
 

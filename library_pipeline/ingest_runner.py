@@ -18,6 +18,7 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
 from library_pipeline.defs.ingest.lexemes import lexeme_df
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
+from library_pipeline.defs.ingest.vector_indexes import vector_indexes
 from library_pipeline.ingest.store import mark_removed, purge_removed, register_files
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import contiguous_spans, range_tags
@@ -28,11 +29,12 @@ log = logging.getLogger(__name__)
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
-def refresh_lexeme_statistics(instance: dg.DagsterInstance, library_db: LibraryDatabase, *,
-                              reason: str) -> str | None:
-    """Materialize `lexeme_df` (the keyword lane's corpus statistics) after a run that
-    changed live passages; returns the run id if that run failed."""
-    result = dg.materialize([lexeme_df], instance=instance, resources={"library_db": library_db},
+def refresh_corpus_indexes(instance: dg.DagsterInstance, library_db: LibraryDatabase, *,
+                           reason: str) -> str | None:
+    """Materialize `lexeme_df` (the keyword lane's corpus statistics) and `vector_indexes`
+    (HNSW indexes a first sync left to be built once) after a run that changed live
+    passages; returns the run id if that run failed."""
+    result = dg.materialize([lexeme_df, vector_indexes], instance=instance, resources={"library_db": library_db},
                             tags={"library/reason": reason}, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
     return None if result.success else result.run_id
 
@@ -115,15 +117,16 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
         progress_logger.propagate = True
         bar.close()
     # the keyword lane ranks on corpus statistics: refresh them whenever a
-    # file's live passages may have changed (ingested, failed over, removed)
+    # file's live passages may have changed (ingested, failed over, removed); a
+    # first sync's verbatim HNSW indexes are built in the same run
     runs = len(spans)
     if spans or removed:
         runs += 1
-        failed = refresh_lexeme_statistics(instance, resources["library_db"], reason="cli")
+        failed = refresh_corpus_indexes(instance, resources["library_db"], reason="cli")
         if failed:
             failed_runs.append(failed)
 
-    return {**ingest_summary(db, keys, removed), "runs": runs,  # range runs plus the lexeme_df refresh
+    return {**ingest_summary(db, keys, removed), "runs": runs,  # range runs plus the corpus-index refresh
             "failed_runs": failed_runs, "seconds": time.perf_counter() - started}
 
 

@@ -22,7 +22,7 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.vault.assets import vault_note_sections
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
-from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_lexeme_statistics
+from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_corpus_indexes
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import contiguous_spans, range_tags
 from library_pipeline.vault.sync import apply_plan, plan_sync, set_runs, synced_commit
@@ -73,7 +73,7 @@ def run_sync(db: Database, vault: VaultResource, *, full: bool = False, trigger:
                 failed_runs.append(result.run_id)
         if spans or applied.removed:
             # vault sections are keyword-searchable: their terms belong in the corpus statistics
-            failed = refresh_lexeme_statistics(instance, resources["library_db"], reason=trigger)
+            failed = refresh_corpus_indexes(instance, resources["library_db"], reason=trigger)
             if failed:
                 failed_runs.append(failed)
     finally:

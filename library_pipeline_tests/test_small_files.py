@@ -5,9 +5,13 @@ model gives for those texts."""
 
 from __future__ import annotations
 
+import hashlib
+
 import dagster as dg
 import numpy as np
+import psycopg
 import pytest
+from pgvector import HalfVector
 
 from library_pipeline.ingest.store import ReusedConnection
 from library_pipeline.ingest_runner import run_ingest
@@ -91,3 +95,76 @@ def test_reused_connection_keeps_each_block_atomic_and_replaces_a_dropped_connec
             assert conn.info.backend_pid != first_pid
             conn.execute("INSERT INTO reuse_probe VALUES (5)")
     assert seen() == {2, 3, 5}
+
+
+def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder):
+    """A range run writes a new library's passages without the verbatim HNSW indexes
+    (pgvector inserting each row into the graph cost five times the rest of a small file's
+    write); search meanwhile reads the rows by exact scan; the corpus-index refresh after
+    the sync builds the indexes, and the vector lane then reads through them - with the
+    same answer."""
+    from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
+    from library_pipeline.defs.ingest.vector_indexes import vector_indexes_present
+    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_corpus_indexes, register_library
+    from library_pipeline.resources import EmbedderResource, LibraryDatabase
+    from library_pipeline.run_plan import range_tags
+    from library_pipeline_tests.ingest_helpers import latest_metadata
+    from serving.search import search
+    from serving.search.filters import passage_predicate
+    from serving.search.types import SearchFilters
+    from serving.search.vector import vector_sql
+
+    root = db.settings.library_dir
+    for i in range(12):
+        topic = TOPICS[i % len(TOPICS)]
+        (root / f"note-{i:02d}.txt").write_text(f"Field note {i}: a short record about {topic}, day {i}.")
+    multi = multilingual_embedder()
+    tag, mtag = (hashlib.md5(m.name.encode()).hexdigest()[:10] for m in (embedder, multi))
+    verbatim = {f"passages_hnsw_{tag}", f"passages_hnsw_multi_{mtag}"}
+    summaries = {f"passages_hnsw_summary_{tag}", f"passages_hnsw_multi_summary_{mtag}"}
+    library_db = LibraryDatabase.from_settings(db.settings)
+
+    def indexes() -> set[str]:
+        with db.connect() as conn:
+            return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'passages' "
+                                               "AND indexname LIKE 'passages_hnsw%'")}
+
+    def lane_plan_and_answer() -> tuple[str, list[int]]:
+        pred = passage_predicate(SearchFilters())
+        qvec = embedder.encode_queries(["octopus camouflage"])[0]
+        with db.connect() as conn:
+            # a dozen rows: the planner would rather sort them; is the index there to use?
+            conn.execute("SET enable_seqscan = off")
+            plan = "\n".join(r[0] for r in conn.execute(
+                psycopg.sql.SQL("EXPLAIN ") + vector_sql(embedder.name, embedder.dims, pred, summaries=False),
+                {**pred.params, "qvec": HalfVector(qvec), "k": 5}))
+            conn.execute("RESET enable_seqscan")
+            found = search(conn, embedder, "octopus camouflage", top_k=5)
+        assert found.stages["vector"].startswith("ok") and found.stages["multilingual"].startswith("ok")
+        return plan, [r.passage_id for r in found.results]
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        keys, order, _ = register_library(db, instance)
+        run = dg.materialize([extracted_text, chunks, embeddings], instance=instance, tags=range_tags(order),
+                             resources={"library_db": library_db,
+                                        "embedder": EmbedderResource.from_settings(db.settings)},
+                             run_config=QUIET_RUN_CONFIG)
+        assert run.success
+        assert indexes() == summaries   # the verbatim ones wait for the end of the sync
+        check = vector_indexes_present(library_db=library_db)
+        missing = getattr(check.metadata["missing"], "value", check.metadata["missing"])
+        assert not check.passed and "(embedding, 12 passages)" in missing and "embedding_multi" in missing
+        before_plan, before = lane_plan_and_answer()
+        assert "passages_hnsw" not in before_plan and before
+
+        assert refresh_corpus_indexes(instance, library_db, reason="test") is None
+        assert indexes() == summaries | verbatim
+        built = latest_metadata(instance, "vector_indexes")
+        assert all(name in built["built"] for name in verbatim) and built["passages"] == 12, built
+        assert vector_indexes_present(library_db=library_db).passed
+        after_plan, after = lane_plan_and_answer()
+        assert f"passages_hnsw_{tag}" in after_plan and after == before
+
+        # the next sync finds them built: nothing to do
+        assert refresh_corpus_indexes(instance, library_db, reason="test") is None
+        assert latest_metadata(instance, "vector_indexes")["built"] == "nothing missing"

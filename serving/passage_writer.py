@@ -13,7 +13,12 @@ summaries, vault notes, agent memories - so the rules below hold for all of them
   recomputed; per model, so a library that predates the second lane reuses its
   primary vectors and embeds only the multilingual ones.
 - **Indexes** (schema.sql ensure_vector_indexes / ensure_multilingual_indexes) are
-  created once per database and model before the first row of that model is written.
+  created once per database and model before the first row of that model is written -
+  except the verbatim rows' HNSW index for a writer made with `verbatim_index=False`
+  (the ingest's range runs, RAPTOR): those leave a missing one to
+  `build_vector_indexes`, which builds it once after a sync's rows are in (pgvector
+  inserting each row into the graph on its own cost 5x the rest of the write).
+  Until then the vector lanes read the rows by exact scan.
 - **Swap.** `swap` replaces one document's rows of one altitude (verbatim or
   summaries) inside the caller's transaction: deleted, or marked superseded when the
   old version must stay searchable on request (vault notes). The caller owns the
@@ -123,11 +128,14 @@ def embed_missing(model: Embedder, hashes: list[str], by_hash: dict[str, str],
 class PassageWriter:
     """Writes passages with the primary model and (by default) the multilingual one."""
 
-    _indexed: set[tuple[str, str, str]] = set()   # (dsn, column, model) whose indexes exist
+    # (dsn, column, model, verbatim index too) whose indexes exist
+    _indexed: set[tuple[str, str, str, bool]] = set()
 
-    def __init__(self, primary: Embedder, multilingual: Embedder | None | object = _DEFAULT) -> None:
+    def __init__(self, primary: Embedder, multilingual: Embedder | None | object = _DEFAULT, *,
+                 verbatim_index: bool = True) -> None:
         self.primary = primary
         self.multi: Embedder | None = multilingual_embedder() if multilingual is _DEFAULT else multilingual  # type: ignore[assignment]
+        self.verbatim_index = verbatim_index
 
     @property
     def models(self) -> dict[str, str | None]:
@@ -139,22 +147,23 @@ class PassageWriter:
         """Both models' HNSW indexes, and the library's first model recorded as its
         active one (settings.embed_model; a re-embed migration changes it later).
         Call it before the write transaction, on a connection with none open."""
-        dsn = conn.info.dsn
+        dsn, verbatim = conn.info.dsn, self.verbatim_index
         todo = [("embedding", self.primary)] + ([("embedding_multi", self.multi)] if self.multi else [])
-        todo = [(col, e) for col, e in todo if (dsn, col, e.name) not in self._indexed]
+        todo = [(col, e) for col, e in todo
+                if (dsn, col, e.name, verbatim) not in self._indexed and (dsn, col, e.name, True) not in self._indexed]
         if not todo:
             return
         with conn.transaction():
             for col, e in todo:
                 fn = "ensure_vector_indexes" if col == "embedding" else "ensure_multilingual_indexes"
-                conn.execute(f"SELECT {fn}(%s, %s)", (e.name, e.dims))
+                conn.execute(f"SELECT {fn}(%s, %s, %s)", (e.name, e.dims, verbatim))
             conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model', %s) ON CONFLICT (key) DO NOTHING",
                          (Jsonb({"name": self.primary.name, "dims": self.primary.dims}),))
             if self.multi is not None:
                 conn.execute("INSERT INTO settings (key, value) VALUES ('embed_model_multi', %s) "
                              "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                              (Jsonb({"name": self.multi.name, "dims": self.multi.dims}),))
-        self._indexed.update((dsn, col, e.name) for col, e in todo)
+        self._indexed.update((dsn, col, e.name, verbatim) for col, e in todo)
 
     # -- vectors ------------------------------------------------------------------
 
@@ -232,6 +241,35 @@ class PassageWriter:
                + (" OR embed_model_multi IS DISTINCT FROM %s)" if self.multi is not None else ")"))
         args = (*params, self.primary.name) + ((self.multi.name,) if self.multi is not None else ())
         return conn.execute(sql, args).fetchone()[0]
+
+
+def build_vector_indexes(conn: psycopg.Connection) -> dict:
+    """Every HNSW index of the library's models (settings.embed_model, embed_model_multi:
+    recorded by the first writer of each) that does not exist yet, built over the rows in
+    place - after a first sync, whose writers left the verbatim ones out. A no-op when
+    they exist. Blocks writes to `passages` while it builds (CREATE INDEX), not reads.
+    Returns {"built": [index names], "seconds": ..., "passages": rows indexed}."""
+    started = time.perf_counter()
+    with conn.transaction():
+        before = _hnsw_indexes(conn)
+        models = dict(conn.execute("SELECT key, value FROM settings "
+                                   "WHERE key IN ('embed_model', 'embed_model_multi')").fetchall())
+        # an HNSW graph that outgrows maintenance_work_mem is built on disk, many
+        # times slower; the default 64 MB holds some tens of thousands of passages
+        conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+        for key, fn in (("embed_model", "ensure_vector_indexes"), ("embed_model_multi", "ensure_multilingual_indexes")):
+            if key in models:
+                conn.execute(f"SELECT {fn}(%s, %s)", (models[key]["name"], models[key]["dims"]))
+        built = sorted(_hnsw_indexes(conn) - before)
+        rows = conn.execute("SELECT count(*) FROM passages WHERE summary_level = 0").fetchone()[0] if built else 0
+    if built:
+        log.info("built %d HNSW index(es) over %d passages in %.1fs", len(built), rows, time.perf_counter() - started)
+    return {"built": built, "seconds": round(time.perf_counter() - started, 3), "passages": rows}
+
+
+def _hnsw_indexes(conn: psycopg.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'passages' "
+                                       "AND indexname LIKE 'passages_hnsw%'")}
 
 
 def ensure_indexes(db, writer: PassageWriter) -> None:

@@ -47,6 +47,7 @@ from library_pipeline.ingest.store import chunk_step, embed_step
 from serving.db import Database
 from serving.embedding import Embedder, sha256
 from serving.lexemes import refresh_lexeme_df
+from serving.passage_writer import build_vector_indexes
 from serving.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -278,6 +279,9 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
         if progress:
             progress(done, len(todo))
     with db.connect() as conn:
+        # what the deployment's corpus-index refresh does after a sync: the HNSW indexes
+        # the range path left out (searches are scored on the index agents search with)
+        figures["vector_indexes"] = build_vector_indexes(conn)
         if todo or extra or stale:
             figures["lexeme_df"] = refresh_lexeme_df(conn)
             with conn.transaction():

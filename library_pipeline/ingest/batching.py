@@ -56,7 +56,9 @@ def batched_writer(model) -> tuple[PassageWriter, list[tuple["BatchedEmbedder", 
     """A PassageWriter whose vector lanes (the primary model and, when on, the
     multilingual one) answer from vectors encoded ahead for a group of files, and the
     lanes as `prefetch` takes them: (batched model, vector column)."""
-    writer = PassageWriter(BatchedEmbedder(model))
+    # a range run leaves a missing verbatim HNSW index to build_vector_indexes, built
+    # once after the sync (serving.passage_writer)
+    writer = PassageWriter(BatchedEmbedder(model), verbatim_index=False)
     lanes = [(writer.primary, "embedding")]
     if writer.multi is not None:
         writer.multi = BatchedEmbedder(writer.multi)

@@ -253,7 +253,9 @@ def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGener
                 force: bool = False) -> StepResult:
     started = time.perf_counter()
     summariser = generator.name if generator is not None else "extractive"
-    writer = PassageWriter(embedder)
+    # summaries only: a missing verbatim index is left to build_vector_indexes (built
+    # once after a sync), not built here while a first sync is still writing
+    writer = PassageWriter(embedder, verbatim_index=False)
     ensure_indexes(db, writer)
     with db.connect() as conn:
         doc, result = ingested_document(conn, key)
