@@ -151,22 +151,26 @@ CREATE INDEX IF NOT EXISTS documents_status_idx ON documents (source, status);
 -- passage with both models' HNSW indexes against 1.7 ms without them, while
 -- building both indexes over the same rows afterwards took 1.4 s.
 DROP FUNCTION IF EXISTS ensure_vector_indexes(text, integer);
-CREATE OR REPLACE FUNCTION ensure_vector_indexes(p_model text, p_dims integer, p_verbatim boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION ensure_hnsw_indexes(p_column text, p_model_column text, p_prefix text,
+                                               p_model text, p_dims integer, p_verbatim boolean)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     tag text := substr(md5(p_model), 1, 10);
+    summaries boolean;
 BEGIN
-    IF p_verbatim THEN
+    FOREACH summaries IN ARRAY CASE WHEN p_verbatim THEN ARRAY[false, true] ELSE ARRAY[true] END LOOP
         EXECUTE format(
-            'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding::halfvec(%s)) halfvec_cosine_ops) '
-            'WITH (m = 16, ef_construction = 64) WHERE embed_model = %L AND summary_level = 0',
-            'passages_hnsw_' || tag, p_dims, p_model);
-    END IF;
-    EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding::halfvec(%s)) halfvec_cosine_ops) '
-        'WITH (m = 16, ef_construction = 64) WHERE embed_model = %L AND summary_level > 0',
-        'passages_hnsw_summary_' || tag, p_dims, p_model);
+            'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((%I::halfvec(%s)) halfvec_cosine_ops) '
+            'WITH (m = 16, ef_construction = 64) WHERE %I = %L AND summary_level %s 0',
+            p_prefix || CASE WHEN summaries THEN 'summary_' ELSE '' END || tag, p_column, p_dims,
+            p_model_column, p_model, CASE WHEN summaries THEN '>' ELSE '=' END);
+    END LOOP;
 END;
+$$;
+
+CREATE OR REPLACE FUNCTION ensure_vector_indexes(p_model text, p_dims integer, p_verbatim boolean DEFAULT true)
+RETURNS void LANGUAGE sql AS $$
+    SELECT ensure_hnsw_indexes('embedding', 'embed_model', 'passages_hnsw_', p_model, p_dims, p_verbatim);
 $$;
 
 -- The second vector lane: every passage embedded a second time by a multilingual
@@ -188,21 +192,9 @@ CREATE INDEX IF NOT EXISTS passages_reuse_multi_idx ON passages (embed_model_mul
 DROP FUNCTION IF EXISTS ensure_multilingual_indexes(text, integer);
 CREATE OR REPLACE FUNCTION ensure_multilingual_indexes(p_model text, p_dims integer,
                                                        p_verbatim boolean DEFAULT true)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    tag text := substr(md5(p_model), 1, 10);
-BEGIN
-    IF p_verbatim THEN
-        EXECUTE format(
-            'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding_multi::halfvec(%s)) halfvec_cosine_ops) '
-            'WITH (m = 16, ef_construction = 64) WHERE embed_model_multi = %L AND summary_level = 0',
-            'passages_hnsw_multi_' || tag, p_dims, p_model);
-    END IF;
-    EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((embedding_multi::halfvec(%s)) halfvec_cosine_ops) '
-        'WITH (m = 16, ef_construction = 64) WHERE embed_model_multi = %L AND summary_level > 0',
-        'passages_hnsw_multi_summary_' || tag, p_dims, p_model);
-END;
+RETURNS void LANGUAGE sql AS $$
+    SELECT ensure_hnsw_indexes('embedding_multi', 'embed_model_multi', 'passages_hnsw_multi_', p_model, p_dims,
+                               p_verbatim);
 $$;
 
 -- Which embedding model search uses; a re-embed migration switches it in one step.
