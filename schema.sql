@@ -151,18 +151,24 @@ CREATE INDEX IF NOT EXISTS documents_status_idx ON documents (source, status);
 -- passage with both models' HNSW indexes against 1.7 ms without them, while
 -- building both indexes over the same rows afterwards took 1.4 s.
 DROP FUNCTION IF EXISTS ensure_vector_indexes(text, integer);
+-- An HNSW index's name: its column's prefix, 'summary_' for the summaries' one, and the
+-- model's tag (asset checks look indexes up by it).
+CREATE OR REPLACE FUNCTION hnsw_index_name(p_prefix text, p_model text, p_summaries boolean)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_prefix || CASE WHEN p_summaries THEN 'summary_' ELSE '' END || substr(md5(p_model), 1, 10);
+$$;
+
 CREATE OR REPLACE FUNCTION ensure_hnsw_indexes(p_column text, p_model_column text, p_prefix text,
                                                p_model text, p_dims integer, p_verbatim boolean)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    tag text := substr(md5(p_model), 1, 10);
     summaries boolean;
 BEGIN
     FOREACH summaries IN ARRAY CASE WHEN p_verbatim THEN ARRAY[false, true] ELSE ARRAY[true] END LOOP
         EXECUTE format(
             'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((%I::halfvec(%s)) halfvec_cosine_ops) '
             'WITH (m = 16, ef_construction = 64) WHERE %I = %L AND summary_level %s 0',
-            p_prefix || CASE WHEN summaries THEN 'summary_' ELSE '' END || tag, p_column, p_dims,
+            hnsw_index_name(p_prefix, p_model, summaries), p_column, p_dims,
             p_model_column, p_model, CASE WHEN summaries THEN '>' ELSE '=' END);
     END LOOP;
 END;

@@ -41,7 +41,7 @@ def vector_indexes_present(library_db: LibraryDatabase) -> dg.AssetCheckResult:
     with library_db.get().connect() as conn:
         models = conn.execute(
             "SELECT m.model, m.col, m.n, EXISTS (SELECT 1 FROM pg_indexes i WHERE i.tablename = 'passages' "
-            "  AND i.indexname = m.prefix || substr(md5(m.model), 1, 10)) "
+            "  AND i.indexname = hnsw_index_name(m.prefix, m.model, false)) "
             "FROM (SELECT embed_model AS model, 'embedding' AS col, 'passages_hnsw_' AS prefix, count(*) AS n "
             "      FROM passages WHERE summary_level = 0 AND embed_model IS NOT NULL GROUP BY 1 "
             "      UNION ALL SELECT embed_model_multi, 'embedding_multi', 'passages_hnsw_multi_', count(*) "
