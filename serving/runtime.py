@@ -74,10 +74,17 @@ class Library:
                     from psycopg_pool import ConnectionPool
 
                     self.db.ensure_schema()
-                    self._pool = ConnectionPool(self.db.dsn, min_size=min(2, self._pool_size), max_size=self._pool_size,
-                                                configure=register_vector, check=ConnectionPool.check_connection,
-                                                open=True, name="library-serving", timeout=POOL_TIMEOUT_S,
-                                                reconnect_timeout=RECONNECT_TIMEOUT_S)
+                    pool = ConnectionPool(self.db.dsn, min_size=min(2, self._pool_size), max_size=self._pool_size,
+                                          configure=register_vector, check=ConnectionPool.check_connection,
+                                          open=True, name="library-serving", timeout=POOL_TIMEOUT_S,
+                                          reconnect_timeout=RECONNECT_TIMEOUT_S)
+                    # The pool opens its connections in background threads: without the
+                    # wait, the first searches after a start found no spare connection
+                    # (seen on a slow CI box) and ran their lanes in turn. On a timeout
+                    # the pool closes itself and PoolTimeout, an OperationalError, reaches
+                    # the caller as an unreachable database.
+                    pool.wait(timeout=POOL_TIMEOUT_S)
+                    self._pool = pool
         return self._pool
 
     @contextmanager
