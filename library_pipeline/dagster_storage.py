@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import sqlalchemy as db
 from dagster import DagsterEventType
 from dagster._core.errors import DagsterInvariantViolationError
 from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.schema import DynamicPartitionsTable, SqlEventLogStorageTable
+from dagster._core.storage.sqlalchemy_compat import db_select
 from dagster._serdes import ConfigurableClassData
 from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.run_storage import PostgresRunStorage
@@ -40,7 +42,13 @@ def _arguments(inst_data: ConfigurableClassData | None, config_value: Mapping[st
 
 
 class LibraryEventLogStorage(PostgresEventLogStorage):
-    """dagster-postgres's event log; a batch of planned events in one INSERT."""
+    """dagster-postgres's event log; a batch of planned events in one INSERT, and a
+    dynamic partition list fetched again only when it changed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # partitions_def_name -> ((row count, highest id), keys in id order)
+        self._dynamic_partitions: dict[str, tuple[tuple[int, int | None], tuple[str, ...]]] = {}
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None,
@@ -60,6 +68,38 @@ class LibraryEventLogStorage(PostgresEventLogStorage):
             self._store_asset_event_tags(conn, events, ids)
             for event, event_id in zip(events, ids):
                 self._store_asset_event(conn, event, int(event_id))
+
+
+    def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
+        """The keys in id order, as dagster-postgres returns them. A step resolves its
+        run's partition range through this list about eleven times per range run (every
+        key fetched each time), so a first sync of N files cost O(N^2 / range size):
+        measured on 3,000 small files, 167 fetches took 2.2 s, and they grow with both
+        the run count and the key count. The list is kept, and fetched again only when
+        the row count or the highest id changed (ids come from a sequence, so an added
+        key raises the highest id and a deleted one lowers the count): one aggregate
+        query instead of every row, and any other process's add or delete is seen at
+        the next call."""
+        table = DynamicPartitionsTable
+        where = table.c.partitions_def_name == partitions_def_name
+        cached = self._dynamic_partitions.get(partitions_def_name)
+        if cached is None:
+            # dagster-postgres asks the catalogue whether the table exists on every call:
+            # one more connection and query, needed only before the first fetch
+            self._check_partitions_table()
+        with self.index_connection() as conn:
+            if cached is not None:
+                count, highest = conn.execute(db_select([db.func.count(), db.func.max(table.c.id)])
+                                              .where(where)).one()
+                if (count, highest) == cached[0]:
+                    return list(cached[1])
+            rows = conn.execute(db_select([table.c.id, table.c.partition]).where(where)
+                                .order_by(table.c.id)).fetchall()
+        keys = tuple(str(row[1]) for row in rows)
+        # the stamp comes from the rows themselves, never from a query that a concurrent
+        # write could fall between
+        self._dynamic_partitions[partitions_def_name] = ((len(rows), rows[-1][0] if rows else None), keys)
+        return list(keys)
 
 
 class LibraryPostgresStorage(DagsterPostgresStorage):

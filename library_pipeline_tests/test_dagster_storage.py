@@ -96,3 +96,41 @@ def test_run_in_another_process_rebuilds_the_same_storage(library_instance):
     # a launched run (daemon, `library up`) gets the instance as a reference
     with dg.DagsterInstance.from_ref(library_instance.get_ref()) as rebuilt:
         assert isinstance(rebuilt.event_log_storage, LibraryEventLogStorage)
+
+
+def test_dynamic_partitions_fetched_again_only_when_they_changed(library_instance):
+    """The partition list is answered from what was fetched while its row count and
+    highest id stand; another process's add, delete, or delete-and-add is seen at the
+    next call."""
+    import sqlalchemy
+
+    storage = library_instance.event_log_storage
+    statements: list[str] = []
+    sqlalchemy.event.listen(storage._engine, "before_cursor_execute",
+                            lambda conn, cursor, statement, *rest: statements.append(statement))
+    keys = [f"file-{i:03d}" for i in range(5)]
+    with dg.DagsterInstance.from_ref(library_instance.get_ref()) as other:  # another process's view
+        other.add_dynamic_partitions(FILES.name, keys)
+        assert storage.get_dynamic_partitions(FILES.name) == keys
+
+        statements.clear()
+        assert storage.get_dynamic_partitions(FILES.name) == keys
+        # unchanged: one aggregate query, not the rows again
+        assert len(statements) == 1 and "count(" in statements[0].lower() and "order by" not in statements[0].lower()
+
+        other.add_dynamic_partitions(FILES.name, ["file-new"])
+        assert storage.get_dynamic_partitions(FILES.name) == keys + ["file-new"]
+        other.delete_dynamic_partition(FILES.name, "file-002")
+        expected = [k for k in keys if k != "file-002"] + ["file-new"]
+        assert storage.get_dynamic_partitions(FILES.name) == expected
+        # one key out and another in: the same count, a higher id
+        other.delete_dynamic_partition(FILES.name, "file-000")
+        other.add_dynamic_partitions(FILES.name, ["file-later"])
+        assert storage.get_dynamic_partitions(FILES.name) == expected[1:] + ["file-later"]
+        assert storage.get_dynamic_partitions("no-such-partitions") == []
+        # the run of a range over the cached list resolves its keys as before
+        result = dg.materialize([first], instance=library_instance, tags={
+            "dagster/asset_partition_range_start": "file-001", "dagster/asset_partition_range_end": "file-new"})
+        assert result.success
+        assert library_instance.get_materialized_partitions(first.key) == {"file-001", "file-003", "file-004",
+                                                                           "file-new"}
