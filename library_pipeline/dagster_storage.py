@@ -1,5 +1,6 @@
 """Dagster's Postgres instance storage, with a run's planned-materialization
-events written in one statement.
+events written in one statement and the dynamic partition list fetched again only
+when it changed (`LibraryEventLogStorage.get_dynamic_partitions`).
 
 A range run over N files of the three ingest assets plans 3·N partition
 materializations before it starts, and Dagster records one event per partition
@@ -68,7 +69,6 @@ class LibraryEventLogStorage(PostgresEventLogStorage):
             self._store_asset_event_tags(conn, events, ids)
             for event, event_id in zip(events, ids):
                 self._store_asset_event(conn, event, int(event_id))
-
 
     def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
         """The keys in id order, as dagster-postgres returns them. A step resolves its
