@@ -224,7 +224,7 @@ def _small_files_pass(path: str, library: Path, home: Path, embedder, instance_k
         with _dagster_instance(db, instance_kind) as instance:
             started = time.perf_counter()
             if path == "runner":
-                summary = run_ingest(db, instance=instance, batch=200, progress=False)
+                summary = run_ingest(db, instance=instance, progress=False)  # the CLI's batch
                 extra = {"runs": summary["runs"], "failed_runs": len(summary["failed_runs"])}
             else:
                 extra = _sensor_first_sync(db, instance)

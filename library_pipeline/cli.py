@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from library_pipeline.eval.cli import eval_app
+from library_pipeline.run_plan import RANGE_SIZE
 from library_pipeline.migrate_cli import migrate_app
 from library_pipeline.vault_cli import vault_app
 from serving import cli as serving_cli
@@ -90,7 +91,7 @@ def _relpaths(settings: Settings, paths: list[Path]) -> list[str] | None:
 def ingest(
     paths: list[Path] = typer.Argument(None, help="Files or folders inside LIBRARY_DIR (default: all)."),
     force: bool = typer.Option(False, help="Re-extract, re-chunk and re-embed even unchanged files."),
-    batch: int = typer.Option(50, min=1, help="Files per Dagster run."),
+    batch: int = typer.Option(RANGE_SIZE, min=1, help="Files per Dagster run (the folder sensor's range size)."),
 ) -> None:
     """Ingest the library (or some files of it) through the Dagster assets, in-process."""
     from library_pipeline.ingest_runner import run_ingest
