@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from library_pipeline.eval.cli import eval_app
-from library_pipeline.run_plan import RANGE_SIZE
 from library_pipeline.migrate_cli import migrate_app
+from library_pipeline.run_plan import RANGE_SIZE
 from library_pipeline.vault_cli import vault_app
 from serving import cli as serving_cli
 from serving.memory_cli import memory_app
