@@ -39,7 +39,7 @@ import psycopg
 from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
-from serving.embedding import Embedder, multilingual_embedder, sha256
+from serving.embedding import Embedder, encode_passages_side_by_side, multilingual_embedder, sha256
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +182,19 @@ class PassageWriter:
             out.primary = stored_vectors(conn, self.primary, wanted)
         if reuse and self.multi is not None and hashes:
             out.multi = stored_vectors(conn, self.multi, hashes, multilingual=True)
-        todo, out.embed_seconds = embed_missing(self.primary, wanted, by_hash, out.primary)
+        todo = [h for h in wanted if h not in out.primary]
+        jobs = [(self.primary, todo, out.primary)]
+        if self.multi is not None:
+            todo_multi = [h for h in hashes if h not in out.multi]
+            jobs.append((self.multi, todo_multi, out.multi))
+        encoded = encode_passages_side_by_side([(model, [by_hash[h] for h in t]) for model, t, _ in jobs])
+        for (_, t, have), (vectors, _) in zip(jobs, encoded):
+            have.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(t, vectors))
+        out.embed_seconds = encoded[0][1] if todo else 0.0
         out.reused, out.embedded, out.fresh = len(wanted) - len(todo), len(todo), set(todo)
         if self.multi is not None:
-            todo, out.embed_seconds_multi = embed_missing(self.multi, hashes, by_hash, out.multi)
-            out.reused_multi, out.embedded_multi = len(hashes) - len(todo), len(todo)
+            out.embed_seconds_multi = encoded[1][1] if todo_multi else 0.0
+            out.reused_multi, out.embedded_multi = len(hashes) - len(todo_multi), len(todo_multi)
         return out
 
     # -- rows ---------------------------------------------------------------------

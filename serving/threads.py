@@ -29,7 +29,9 @@ from serving.settings import get_settings
 log = logging.getLogger(__name__)
 
 WIDE_MIN_TEXTS = 3     # a single query or a short memory stays on one thread
-_wide_lock = threading.Lock()
+# torch's thread count is process-wide: one caller changes it at a time. Re-entrant,
+# because a wide memory batch embeds its windows side by side, which narrows torch again.
+_wide_lock = threading.RLock()
 
 
 def _configured() -> int:
@@ -74,3 +76,26 @@ def wide_threads(n_texts: int) -> Iterator[None]:
             yield
         finally:
             torch.set_num_threads(1)
+
+
+@contextmanager
+def torch_threads_at_most(n: int) -> Iterator[None]:
+    """At most `n` intra-op threads for the duration, then the count before."""
+    if "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    if torch.get_num_threads() <= n:   # no lock: the workers of a side-by-side encode land here
+        yield
+        return
+    with _wide_lock:
+        before = torch.get_num_threads()
+        if before <= n:
+            yield
+            return
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)

@@ -10,7 +10,7 @@ import numpy as np
 
 from library_pipeline.ingest.store import ReusedConnection
 from serving.db import Database
-from serving.embedding import embed_text_for_passage, sha256
+from serving.embedding import embed_text_for_passage, encode_passages_side_by_side, sha256
 from serving.passage_writer import PassageWriter
 
 # A short file has one to three passages: embedded file by file, the model ran
@@ -76,25 +76,29 @@ _STORED_SQL = {
 
 
 def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str]],
-             *, force: bool = False) -> None:
-    """Encode the pending chunk texts of `keys` with each lane's model in one call
-    (vectors already stored under that model are reused by the step, not encoded).
-    `lanes`: (batched model, vector column) per vector lane."""
+             *, force: bool = False) -> float:
+    """Encode the pending chunk texts of `keys` with each lane's model in one call, the
+    two lanes side by side (vectors already stored under that model are reused by the
+    step, not encoded). `lanes`: (batched model, vector column) per vector lane.
+    Returns the wall seconds spent encoding."""
     if len(keys) <= 1:
-        return  # nothing to batch across
+        return 0.0  # nothing to batch across
     with db.connect() as conn:
         rows = conn.execute(_PENDING_CHUNKS_SQL, {"keys": list(keys), "force": force}).fetchall()
         texts = list(dict.fromkeys(embed_text_for_passage(r[1], r[2], r[3]) for r in rows))
         if not texts:
-            return
+            return 0.0
         hashes = [sha256(t) for t in texts]
         todo = []
         for batched, column in lanes:
             query = _STORED_SQL[column]
             stored = {r[0] for r in conn.execute(query, (batched.inner.name, hashes)).fetchall()}
             todo.append([t for t, h in zip(texts, hashes) if h not in stored])
-    for (batched, _), missing in zip(lanes, todo):
-        batched.encode_ahead(missing)
+    started = time.perf_counter()
+    encoded = encode_passages_side_by_side([(batched.inner, missing) for (batched, _), missing in zip(lanes, todo)])
+    for (batched, _), missing, (vectors, seconds) in zip(lanes, todo, encoded):
+        batched.keep(missing, vectors, seconds)
+    return time.perf_counter() - started
 
 
 class BatchedEmbedder:
@@ -110,22 +114,23 @@ class BatchedEmbedder:
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    def encode_ahead(self, texts: list[str]) -> None:
+    def keep(self, texts: list[str], vectors: np.ndarray, seconds: float) -> None:
+        """Vectors the model encoded ahead for `texts`, in `seconds`."""
         if not texts:
             return
-        started = time.perf_counter()
-        vectors = self.inner.encode_passages(texts)
-        self.seconds += time.perf_counter() - started
+        self.seconds += seconds
         self.calls += 1
         self._cache.update(zip(texts, vectors))
 
     def clear(self) -> None:
         self._cache.clear()
 
-    def encode_passages(self, texts: list[str]) -> np.ndarray:
+    def encode_passages(self, texts: list[str], *, threads: int | None = None) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:
-            self._cache.update(zip(missing, self.inner.encode_passages(missing)))
+            vectors = (self.inner.encode_passages(missing, threads=threads) if threads
+                       else self.inner.encode_passages(missing))
+            self._cache.update(zip(missing, vectors))
         return np.stack([self._cache[t] for t in texts]) if texts else self.inner.encode_passages([])
 
 
