@@ -59,13 +59,20 @@ def _cosines(a, b):
     return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+@pytest.fixture
+def torch_threads_kept():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 # varied lengths, so sorting the pieces by length reorders them
 SIDE_TEXTS = [f"Passage {i}: " + " ".join(["white matter diffusion", "крыса", "the cell cycle"][i % 3]
                                           for _ in range(1 + i % 17)) for i in range(300)]
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
-def test_two_lanes_encode_side_by_side_in_order(embedder, monkeypatch):
+def test_two_lanes_encode_side_by_side_in_order(embedder, monkeypatch, torch_threads_kept):
     """Both local models, their pieces taken by two workers at once: every text keeps its
     own vector, each lane's seconds are counted, torch runs on half the cores meanwhile
     and gets its thread count back."""

@@ -81,6 +81,9 @@ def embed_text_for_row(source: str, title: str | None, heading: str | None, cont
 
 @runtime_checkable
 class Embedder(Protocol):
+    """A model that may run on a share of the cores sets `thread_capped = True` and takes
+    `encode_passages(texts, threads=n)` (see `encode_passages_side_by_side`)."""
+
     name: str  # stored with every vector; rows of different names are never compared
     dims: int
     max_tokens: int  # the model's window, special tokens included
