@@ -134,3 +134,84 @@ def test_dynamic_partitions_fetched_again_only_when_they_changed(library_instanc
         assert result.success
         assert library_instance.get_materialized_partitions(first.key) == {"file-001", "file-003", "file-004",
                                                                            "file-new"}
+
+
+def _statements(engine) -> list[str]:
+    import sqlalchemy
+
+    seen: list[str] = []
+    sqlalchemy.event.listen(engine, "before_cursor_execute",
+                            lambda conn, cursor, statement, *rest: seen.append(statement))
+    return seen
+
+
+def test_range_run_holds_its_connections_and_indexes_each_asset_once(library_instance):
+    """A range run's statements go over the storages' held connections (dagster-postgres
+    opened one per statement), and a batch of planned events updates each asset's
+    index row once, from its last event."""
+    import sqlalchemy
+
+    instance = library_instance
+    engines = [instance.event_log_storage._engine, instance.run_storage._engine]
+    connects: list[int] = []
+    for engine in engines:
+        sqlalchemy.event.listen(engine, "connect", lambda *args: connects.append(1))
+    statements = _statements(engines[0])
+    keys = [f"held-{i:03d}" for i in range(30)]
+    instance.add_dynamic_partitions(FILES.name, keys)
+    result = dg.materialize([first, second], instance=instance, tags={
+        "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+    assert result.success
+    # at most the two each storage holds (Dagster nests a catalogue check inside a
+    # transaction); dagster-postgres's NullPool engines opened one for every statement
+    assert len(connects) <= 2 * len(engines), len(connects)
+    upserts = [s for s in statements if s.lstrip().upper().startswith("INSERT INTO ASSET_KEYS")]
+    # planned: one per asset (was one per partition, 60); materialized: one per asset batch
+    assert len(upserts) == 4, len(upserts)
+    for asset in (first, second):
+        info = instance.get_latest_planned_materialization_info(asset.key)
+        assert info is not None and info.run_id == result.run_id
+        assert instance.get_materialized_partitions(asset.key) == set(keys)
+
+
+def test_partition_membership_follows_other_processes(library_instance):
+    storage = library_instance.event_log_storage
+    with dg.DagsterInstance.from_ref(library_instance.get_ref()) as other:
+        assert not storage.has_dynamic_partition(FILES.name, "member-1")
+        other.add_dynamic_partitions(FILES.name, ["member-1"])
+        assert storage.has_dynamic_partition(FILES.name, "member-1")
+        statements = _statements(storage._engine)
+        assert storage.has_dynamic_partition(FILES.name, "member-1")
+        assert len(statements) == 1  # the stamp, not the catalogue and the table
+        other.delete_dynamic_partition(FILES.name, "member-1")
+        assert not storage.has_dynamic_partition(FILES.name, "member-1")
+        assert not storage.has_dynamic_partition("no-such-partitions", "member-1")
+
+
+def test_forked_child_leaves_the_parents_connection_alone(library_instance):
+    """A forked child (a celery prefork worker) opens its own connection; the
+    parent's held one survives the child's exit."""
+    import multiprocessing
+
+    storage = library_instance.event_log_storage
+
+    def backend_pid() -> int:
+        with storage.index_connection() as conn:
+            return conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+
+    before = backend_pid()
+
+    def child(queue) -> None:
+        library_instance.add_dynamic_partitions(FILES.name, ["from-child"])
+        queue.put(backend_pid())
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    process = ctx.Process(target=child, args=(queue,))
+    process.start()
+    child_pid = queue.get(timeout=60)
+    process.join(60)
+    assert process.exitcode == 0
+    assert child_pid != before  # the child did not talk over the parent's socket
+    assert backend_pid() == before  # and its exit did not close it
+    assert storage.get_dynamic_partitions(FILES.name) == ["from-child"]
