@@ -1,8 +1,8 @@
 """Dagster's Postgres instance storage, with a run's planned-materialization
 events written in one statement, the dynamic partition list fetched again only
-when it changed (`LibraryEventLogStorage.get_dynamic_partitions`), and one
-connection held open per storage instead of a new one for every statement
-(`_hold_a_connection`).
+when it changed (`LibraryEventLogStorage.get_dynamic_partitions`), and
+connections held open by the run storage and the event log instead of a new one
+for every statement (`_HoldsConnections`).
 
 A range run over N files of the three ingest assets plans 3·N partition
 materializations before it starts, and Dagster records one event per partition
@@ -47,8 +47,21 @@ def _arguments(inst_data: ConfigurableClassData | None, config_value: Mapping[st
             "token_provider": get_token_provider_from_config(config_value)}
 
 
-def _hold_a_connection(storage: PostgresEventLogStorage | PostgresRunStorage) -> None:
-    """Give a dagster-postgres storage an engine that keeps one connection open.
+# every storage holding connections, so that a forked child can drop them (one fork
+# hook for the process, not one per storage instance)
+_HOLDING: weakref.WeakSet = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for storage in list(_HOLDING):
+        storage._engine.dispose(close=False)  # noqa: SLF001
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+class _HoldsConnections:
+    """A dagster-postgres storage whose engine keeps two connections open.
 
     dagster-postgres's engines keep none (NullPool): every statement opened a new
     connection, a server process with a cold catalogue cache. A range run of 200
@@ -61,48 +74,38 @@ def _hold_a_connection(storage: PostgresEventLogStorage | PostgresRunStorage) ->
     (max_overflow -1). A pooled connection must not cross a fork (a celery prefork
     worker, a forked executor child), so the child drops the parent's without
     closing them, as SQLAlchemy's pooling guide prescribes."""
-    storage._engine.dispose()  # noqa: SLF001 - holds no connection (NullPool); replaced below
-    storage._engine = create_pg_engine(  # noqa: SLF001
-        storage.postgres_url, storage._token_provider, isolation_level="AUTOCOMMIT",  # noqa: SLF001
-        pool_size=2, max_overflow=-1, pool_pre_ping=True, pool_recycle=3600)
-    ref = weakref.ref(storage)
-
-    def forget_in_child() -> None:
-        held = ref()
-        if held is not None:
-            held._engine.dispose(close=False)  # noqa: SLF001
-
-    os.register_at_fork(after_in_child=forget_in_child)
-
-
-class LibraryRunStorage(PostgresRunStorage):
-    """dagster-postgres's run storage, holding one connection (`_hold_a_connection`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _hold_a_connection(self)
-
-    @classmethod
-    def from_config_value(cls, inst_data: ConfigurableClassData | None,
-                          config_value: Mapping[str, Any]) -> LibraryRunStorage:
-        return cls(**_arguments(inst_data, config_value))
+        self._engine.dispose()  # holds no connection (NullPool); replaced below
+        self._engine = create_pg_engine(
+            self.postgres_url, self._token_provider, isolation_level="AUTOCOMMIT",
+            pool_size=2, max_overflow=-1, pool_pre_ping=True, pool_recycle=3600)
+        _HOLDING.add(self)
 
     def dispose(self) -> None:
         super().dispose()
         self._engine.dispose()
 
 
-class LibraryEventLogStorage(PostgresEventLogStorage):
+class LibraryRunStorage(_HoldsConnections, PostgresRunStorage):
+    """dagster-postgres's run storage, holding its connections (`_HoldsConnections`)."""
+
+    @classmethod
+    def from_config_value(cls, inst_data: ConfigurableClassData | None,
+                          config_value: Mapping[str, Any]) -> LibraryRunStorage:
+        return cls(**_arguments(inst_data, config_value))
+
+
+class LibraryEventLogStorage(_HoldsConnections, PostgresEventLogStorage):
     """dagster-postgres's event log; a batch of planned events in one INSERT, a
-    dynamic partition list fetched again only when it changed, and one connection
-    held open (`_hold_a_connection`)."""
+    dynamic partition list fetched again only when it changed, and its connections
+    held (`_HoldsConnections`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _hold_a_connection(self)
-        # partitions_def_name -> ((row count, highest id), keys in id order)
-        self._dynamic_partitions: dict[str, tuple[tuple[int, int | None], tuple[str, ...]]] = {}
-        self._dynamic_partition_sets: dict[str, frozenset[str]] = {}
+        # partitions_def_name -> ((row count, highest id), keys in id order, the same as a set)
+        self._dynamic_partitions: dict[str, tuple[tuple[int, int | None], tuple[str, ...], frozenset[str]]] = {}
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None,
@@ -129,15 +132,11 @@ class LibraryEventLogStorage(PostgresEventLogStorage):
             for event, event_id in last.values():
                 self._store_asset_event(conn, event, event_id)
 
-    def dispose(self) -> None:
-        super().dispose()
-        self._engine.dispose()
-
     def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
         # asked ~22 times a range run (Dagster checks the range's ends); dagster-postgres
         # asked the catalogue whether the table exists and then the table, each time
         self.get_dynamic_partitions(partitions_def_name)
-        return partition_key in self._dynamic_partition_sets[partitions_def_name]
+        return partition_key in self._dynamic_partitions[partitions_def_name][2]
 
     def get_dynamic_partitions(self, partitions_def_name: str) -> Sequence[str]:
         """The keys in id order, as dagster-postgres returns them. A step resolves its
@@ -167,8 +166,8 @@ class LibraryEventLogStorage(PostgresEventLogStorage):
         keys = tuple(str(row[1]) for row in rows)
         # the stamp comes from the rows themselves, never from a query that a concurrent
         # write could fall between
-        self._dynamic_partitions[partitions_def_name] = ((len(rows), rows[-1][0] if rows else None), keys)
-        self._dynamic_partition_sets[partitions_def_name] = frozenset(keys)
+        self._dynamic_partitions[partitions_def_name] = ((len(rows), rows[-1][0] if rows else None), keys,
+                                                         frozenset(keys))
         return list(keys)
 
 
