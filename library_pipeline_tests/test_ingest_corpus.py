@@ -59,7 +59,12 @@ def test_every_document_lands(corpus):
     assert first["failed"] == 0, first["failures"]
     assert all(d["status"] == "ingested" and d["passages"] > 0 for d in docs.values()), docs
     # the instance really is the Postgres-backed one, shared with the UI
-    assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+    from dagster_postgres import PostgresRunStorage
+
+    from library_pipeline.dagster_storage import LibraryRunStorage
+
+    assert isinstance(instance.run_storage, LibraryRunStorage)
+    assert isinstance(instance.run_storage, PostgresRunStorage)
     assert instance.get_runs_count() == first["runs"] >= 1
 
 

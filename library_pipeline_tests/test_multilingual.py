@@ -8,6 +8,7 @@ same questions asked over MCP with the real client."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -273,6 +274,29 @@ def test_vector_stage_on_a_second_connection_gives_the_same_answer(library, embe
             assert not any("postings" in q for q in ran["side"])
             assert side.info.transaction_status.name == "IDLE"
             ran["side"].clear()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: torch has a single thread count to use")
+def test_the_vector_stage_encodes_with_the_callers_thread_count(library, embedder):
+    """OpenMP keeps torch's thread count per OS thread: a pool thread started while the
+    process used 2 threads encoded with 2 after the process went down to 1, and its scores
+    differed from the serial search's in the sixth decimal. The side thread takes the
+    caller's count for each search."""
+    import torch
+
+    db, _ = library
+    query, filters = SIDE_SEARCHES[-3]
+    before = torch.get_num_threads()
+    try:
+        with db.connect() as conn, db.connect() as side:
+            for threads in (2, 1, 2):
+                torch.set_num_threads(threads)
+                one = search(conn, embedder, query, top_k=8, filters=filters, config=SearchConfig(log_queries=False))
+                two = search(conn, embedder, query, top_k=8, filters=filters, side=side,
+                             config=SearchConfig(log_queries=False))
+                assert _answer(one) == _answer(two), threads
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_broken_second_connection_fails_the_search_and_spares_the_first(library, embedder):

@@ -280,7 +280,7 @@ def test_backfill_of_all_partitions_is_one_run(page):
 
 def test_instance_runs_with_the_run_lanes(page):
     _open(page, "/deployment/config")
-    for text in ("QueuedRunCoordinator", "PostgresRunStorage", "key: library/lane", "value: enrich",
+    for text in ("QueuedRunCoordinator", "LibraryRunStorage", "key: library/lane", "value: enrich",
                  "value: maintenance"):
         expect(page.get_by_text(text).first).to_be_visible()
     _shot(page, "instance-config.png")

@@ -50,6 +50,7 @@ from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydr
 from serving.search.titles import NAMES
 from serving.search.types import SearchConfig, SearchFilters, SearchResponse
 from serving.search.vector import is_uniform, set_scan_options, vector_lane
+from serving.threads import adopt_torch_threads, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         _plan(call, multilingual)
         job: Future | None = None
         if side is not None and _needs_vectors(call):
-            job = _SIDE.submit(_vector_stage_in_transaction, call, multilingual, side)
+            job = _SIDE.submit(_vector_stage_in_transaction, call, multilingual, side, torch_threads())
         else:
             _vector_stage(call, multilingual, conn)
         try:
@@ -197,7 +198,9 @@ def _needs_vectors(call: _Call) -> bool:
     return not call.vector_bypassed and (cfg.vector or cfg.summaries or (cfg.multilingual and call.multi is not None))
 
 
-def _vector_stage_in_transaction(call: _Call, multilingual: Embedder | None, side: psycopg.Connection) -> None:
+def _vector_stage_in_transaction(call: _Call, multilingual: Embedder | None, side: psycopg.Connection,
+                                 threads: int | None) -> None:
+    adopt_torch_threads(threads)   # the query vectors of the caller's thread, bit for bit
     with side.transaction():
         _vector_stage(call, multilingual, side)
 
