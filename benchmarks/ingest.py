@@ -136,23 +136,26 @@ def main() -> None:
         args.json.write_text(json.dumps(figures, indent=2))
 
 
-def raw_encode(embedder, multi, texts: list[str]) -> dict:
+def raw_encode(embedder, multi, texts: list[str], *, sequential: bool = True) -> dict:
     """The raw models on the same texts, two ways: one model after the other (one call each,
     on every core), and side by side as the pipeline encodes (`encode_passages_side_by_side`).
-    The faster of the two is the reference a pipeline figure is held to."""
-    started = time.perf_counter()
-    embedder.encode_passages(texts)
-    primary = time.perf_counter() - started
-    multi_s = 0.0
-    if multi is not None:
+    The faster of the two is the reference a pipeline figure is held to. `sequential=False`:
+    side by side only (None for the other figures)."""
+    primary = multi_s = None
+    if sequential:
         started = time.perf_counter()
-        multi.encode_passages(texts)
-        multi_s = time.perf_counter() - started
+        embedder.encode_passages(texts)
+        primary = time.perf_counter() - started
+        multi_s = 0.0
+        if multi is not None:
+            started = time.perf_counter()
+            multi.encode_passages(texts)
+            multi_s = time.perf_counter() - started
     started = time.perf_counter()
     encode_passages_side_by_side([(embedder, texts)] + ([(multi, texts)] if multi is not None else []))
     side = time.perf_counter() - started
-    return {"primary_s": primary, "multilingual_s": multi_s, "sequential_s": primary + multi_s,
-            "side_by_side_s": side}
+    return {"primary_s": primary, "multilingual_s": multi_s,
+            "sequential_s": primary + multi_s if sequential else None, "side_by_side_s": side}
 
 
 # -- many small files ------------------------------------------------------------------
@@ -170,6 +173,12 @@ def add_small_files_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--path", choices=["runner", "sensor", "both"], default="both",
                         help="with --small-files: `library ingest`'s range runs, the folder sensor's first "
                              "sync (sensor tick -> its range runs -> searchable), or both (fresh database each)")
+    parser.add_argument("--raw-rounds", type=int, default=2, metavar="K",
+                        help="with --small-files: raw-model references to average (one encode varied by up "
+                             "to 1.6x from one run to the next on a 2-core VM)")
+    parser.add_argument("--raw-ways", choices=["both", "side-by-side"], default="both",
+                        help="with --small-files: the raw models one after the other and side by side, or "
+                             "side by side only (half the time, where side by side is the faster)")
 
 
 def write_small_files(folder: Path, n: int) -> int:
@@ -263,6 +272,10 @@ def _small_files_pass(path: str, library: Path, home: Path, embedder, instance_k
             "texts": [embed_text_for_passage(*r) for r in rows], **extra}
 
 
+def _rounded(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def small_files_main(args: argparse.Namespace) -> None:
     """Ingest N short files and encode the very same passage texts with the raw
     model in the same process: the per-file cost beyond the model is the gap."""
@@ -286,28 +299,32 @@ def small_files_main(args: argparse.Namespace) -> None:
             extra.pop("texts")
         # twice: on this 2-core VM one encode of the same texts varied by up to 1.6x
         # from one run to the next; the mean of two is the reference
-        raw_runs = [raw_encode(embedder, multi, texts) for _ in range(2)]
+        raw_runs = [raw_encode(embedder, multi, texts, sequential=args.raw_ways == "both")
+                    for _ in range(max(1, args.raw_rounds))]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    def mean(key: str) -> float:
-        return sum(r[key] for r in raw_runs) / len(raw_runs)
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in raw_runs if r[key] is not None]
+        return sum(values) / len(values) if values else None
 
     # the reference: the faster way to run the raw models (side by side, as the pipeline does,
     # unless one after the other happened to be faster on this box)
-    raw_seconds, raw_sequential = min(mean("side_by_side_s"), mean("sequential_s")), mean("sequential_s")
+    raw_sequential = mean("sequential_s")
+    raw_seconds = min(mean("side_by_side_s"), raw_sequential or float("inf"))
     raw_docs_per_s = n / raw_seconds
     figures = {
         "files": n, "passages": len(texts), "model": embedder.name, "dagster_instance": args.instance,
         "event_batch_size": os.environ.get("DAGSTER_EVENT_BATCH_SIZE", "0"),
         "multilingual_model": multi.name if multi is not None else None,
         "raw_encode_s": round(raw_seconds, 2),
-        "raw_encode_runs_s": [{k: round(v, 2) for k, v in r.items()} for r in raw_runs],
-        "raw_encode_sequential_s": round(raw_sequential, 2), "raw_encode_primary_s": round(mean("primary_s"), 2),
+        "raw_encode_runs_s": [{k: _rounded(v) for k, v in r.items()} for r in raw_runs],
+        "raw_encode_sequential_s": _rounded(raw_sequential), "raw_encode_primary_s": _rounded(mean("primary_s")),
         "raw_docs_per_s": round(raw_docs_per_s, 2), "raw_passages_per_s": round(len(texts) / raw_seconds, 2),
         "passes": [{**p, "vs_raw_throughput": round(p["docs_per_s"] / raw_docs_per_s, 3),
                     "wall_vs_raw_encode_time": round(p["wall_s"] / raw_seconds, 3),
-                    "wall_vs_raw_sequential": round(p["wall_s"] / raw_sequential, 3)} for p in passes],
+                    "wall_vs_raw_sequential": _rounded(raw_sequential and p["wall_s"] / raw_sequential, 3)}
+                   for p in passes],
         "loadavg": open("/proc/loadavg").read().split()[:3], "cpu_count": os.cpu_count(),
     }
     print(json.dumps(figures, indent=2))

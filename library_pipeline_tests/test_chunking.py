@@ -133,6 +133,20 @@ def test_no_chunk_exceeds_max_tokens(docs: Path, embedder, name: str) -> None:
         assert [c.ordinal for c in chunks] == list(range(len(chunks)))
 
 
+@pytest.mark.parametrize("name", ["epub/pg2701-moby-dick.epub", "text_ru/pushkin_kapitanskaya-dochka.txt"])
+def test_counting_many_sentences_at_once_gives_the_same_chunks(docs: Path, embedder, name: str) -> None:
+    """The ingest counts a text's sentences in one tokenizer call: the same counts, so the
+    same chunks (content hashes downstream depend on it)."""
+    pages = extract_file(docs / name).pages
+    sentences = [s.strip() + "." for p in pages[:20] for s in p.text.split(". ") if s.strip()]
+    assert embedder.count_tokens_many(sentences) == [embedder.count_tokens(s) for s in sentences]
+    for limit in (MAX, 64):
+        one_by_one = chunk_pages(pages, count_tokens=embedder.count_tokens, max_tokens=limit)
+        many = chunk_pages(pages, count_tokens=embedder.count_tokens, max_tokens=limit,
+                           count_many=embedder.count_tokens_many)
+        assert many == one_by_one, (name, limit)
+
+
 def test_sicp_within_budget_and_fast(sicp: Extracted, sicp_chunks: list[Chunk], embedder) -> None:
     assert max(embedder.count_tokens(c.content) for c in sicp_chunks) <= MAX
     started = time.perf_counter()

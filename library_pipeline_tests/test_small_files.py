@@ -67,6 +67,37 @@ def test_small_files_are_embedded_in_one_batch_and_stay_atomic(db, embedder):
         assert cosine.min() > 0.99, (model.name, cosine)
 
 
+def test_a_range_run_does_not_repeat_per_file_what_its_group_already_did(db, monkeypatch):
+    """Two per-file costs of a range run of small files, gone: the stored-vector lookups
+    (the group's encode ahead made them for all its files: one per vector lane) and the
+    index check (a transaction a file; once per writer now)."""
+    from serving.passage_writer import PassageWriter
+
+    root = db.settings.library_dir
+    for i in range(12):
+        (root / f"note-{i:02d}.txt").write_text(f"Field note {i}: a short record about {TOPICS[i % 6]}, day {i}.")
+    lookups, checks = [], []
+    execute, ensure = psycopg.Connection.execute, PassageWriter.ensure_indexes
+
+    def spy_execute(self, query, params=None, *args, **kwargs):
+        if isinstance(query, str) and "embed_hash = ANY" in query:
+            lookups.append(query)
+        return execute(self, query, params, *args, **kwargs)
+
+    def spy_ensure(self, conn):
+        checks.append(conn)
+        return ensure(self, conn)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
+    monkeypatch.setattr(PassageWriter, "ensure_indexes", spy_ensure)
+    with dg.DagsterInstance.ephemeral() as instance:
+        summary = run_ingest(db, instance=instance, progress=False, batch=200)
+    assert summary["ingested"] == 12, summary
+    lanes = 1 + (multilingual_embedder() is not None)
+    assert len(lookups) == lanes, lookups
+    assert len(checks) == 1
+
+
 def test_reused_connection_keeps_each_block_atomic_and_replaces_a_dropped_connection(db):
     """The range steps share one connection: each block still commits or rolls back
     on its own, and a connection the server dropped is replaced, not reused."""

@@ -125,6 +125,14 @@ def embed_missing(model: Embedder, hashes: list[str], by_hash: dict[str, str],
     return todo, seconds
 
 
+def _not_encoded_ahead(model: Embedder, hashes: list[str], by_hash: dict[str, str]) -> list[str]:
+    """The hashes worth looking up among stored vectors: a model that encoded texts ahead
+    for a group of files (`encoded_ahead`) was given only texts not stored at that moment,
+    so a second lookup per file finds nothing new (two queries a file)."""
+    ahead = getattr(model, "encoded_ahead", None)
+    return hashes if ahead is None else [h for h in hashes if not ahead(by_hash[h])]
+
+
 class PassageWriter:
     """Writes passages with the primary model and (by default) the multilingual one."""
 
@@ -136,6 +144,7 @@ class PassageWriter:
         self.primary = primary
         self.multi: Embedder | None = multilingual_embedder() if multilingual is _DEFAULT else multilingual  # type: ignore[assignment]
         self.verbatim_index = verbatim_index
+        self.ensured_on: set[str] = set()  # databases (dsn) whose indexes `ensure_indexes` saw to
 
     @property
     def models(self) -> dict[str, str | None]:
@@ -178,10 +187,10 @@ class PassageWriter:
         hashes = list(by_hash)
         out = Vectors()
         wanted = [h for h in hashes if h not in primary_given]
-        if reuse and wanted:
-            out.primary = stored_vectors(conn, self.primary, wanted)
-        if reuse and self.multi is not None and hashes:
-            out.multi = stored_vectors(conn, self.multi, hashes, multilingual=True)
+        if reuse and (lookup := _not_encoded_ahead(self.primary, wanted, by_hash)):
+            out.primary = stored_vectors(conn, self.primary, lookup)
+        if reuse and self.multi is not None and (lookup := _not_encoded_ahead(self.multi, hashes, by_hash)):
+            out.multi = stored_vectors(conn, self.multi, lookup, multilingual=True)
         todo = [h for h in wanted if h not in out.primary]
         jobs = [(self.primary, todo, out.primary)]
         if self.multi is not None:
@@ -281,6 +290,11 @@ def _hnsw_indexes(conn: psycopg.Connection) -> set[str]:
 
 
 def ensure_indexes(db, writer: PassageWriter) -> None:
-    """`PassageWriter.ensure_indexes` on a connection of its own (`db`: serving.db.Database)."""
+    """`PassageWriter.ensure_indexes` on a connection of its own (`db`: serving.db.Database),
+    once per writer and database: even when the indexes are known, the transaction around
+    the check cost ~1 ms a file in a range run of small files."""
+    if db.dsn in writer.ensured_on:
+        return
     with db.transaction() as conn:
         writer.ensure_indexes(conn)
+    writer.ensured_on.add(db.dsn)

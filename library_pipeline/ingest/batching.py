@@ -125,6 +125,10 @@ class BatchedEmbedder:
     def clear(self) -> None:
         self._cache.clear()
 
+    def encoded_ahead(self, text: str) -> bool:
+        """Whether `text` was encoded ahead (so `prefetch` found no stored vector for it)."""
+        return text in self._cache
+
     def encode_passages(self, texts: list[str], *, threads: int | None = None) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if missing:

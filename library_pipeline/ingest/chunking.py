@@ -182,12 +182,27 @@ def _rstrip(text: str, start: int, end: int) -> int:
 class _Counter:
     """Content tokens (special tokens excluded) of a span of one text."""
 
-    def __init__(self, count_tokens: Callable[[str], int]) -> None:
+    def __init__(self, count_tokens: Callable[[str], int],
+                 count_many: Callable[[list[str]], list[int]] | None = None) -> None:
         self.count_tokens = count_tokens
+        self.count_many = count_many
         self.overhead = count_tokens("")
+        self.known: dict[str, int] = {}   # counts taken ahead (`remember`), by text
 
     def __call__(self, text: str) -> int:
-        return max(0, self.count_tokens(text) - self.overhead)
+        known = self.known.get(text)
+        return max(0, self.count_tokens(text) - self.overhead) if known is None else known
+
+    def many(self, texts: list[str]) -> list[int]:
+        """`self(t)` for each text; one tokenizer call when the model offers one."""
+        if self.count_many is None:
+            return [self(t) for t in texts]
+        return [max(0, n - self.overhead) for n in self.count_many(texts)]
+
+    def remember(self, texts: list[str]) -> None:
+        """Count `texts` ahead, in one call, for the calls that will ask for them."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self.known]
+        self.known.update(zip(todo, self.many(todo)))
 
 
 def _split_oversize(text: str, start: int, end: int, tokens: int, limit: int, count: _Counter) -> list[tuple[int, int, int]]:
@@ -217,16 +232,18 @@ def _split_oversize(text: str, start: int, end: int, tokens: int, limit: int, co
 
 
 def _units(text: str, limit: int, count: _Counter) -> list[_Unit]:
-    units: list[_Unit] = []
+    spans: list[tuple[int, int, bool]] = []  # (start, end, first sentence of its paragraph)
     cursor = 0
     for para_end, next_start in [(m.start(), m.end()) for m in _PARAGRAPH.finditer(text)] + [(len(text), len(text))]:
-        first = True
-        for s, e in _sentence_spans(text, cursor, para_end):
-            tokens = count(text[s:e])
-            for ps, pe, pt in _split_oversize(text, s, e, tokens, limit, count):
-                units.append(_Unit(ps, pe, pt, first))
-                first = False
+        spans.extend((s, e, k == 0) for k, (s, e) in enumerate(_sentence_spans(text, cursor, para_end)))
         cursor = next_start
+    # every sentence counted in one call: the tokenizer's per-call cost was the larger part
+    # of chunking a short file (one call per sentence)
+    units: list[_Unit] = []
+    for (s, e, first), tokens in zip(spans, count.many([text[s:e] for s, e, _ in spans])):
+        for ps, pe, pt in _split_oversize(text, s, e, tokens, limit, count):
+            units.append(_Unit(ps, pe, pt, first))
+            first = False
     return units
 
 
@@ -311,14 +328,26 @@ def _paragraph_groups(units: list[_Unit], target: int) -> list[list[_Unit]]:
 
 def _text_chunks(run: _Run, target: int, overlap: int, budget: int, count: _Counter) -> list[tuple[str, int, int]]:
     text, offsets = _joined(run.pages)
+    groups = _paragraph_groups(_units(text, target, count), target)
+    # Windowing checks each window's own count (counts are not quite additive): one
+    # tokenizer call per window was the larger part of chunking a short file. A first
+    # pass that takes every window to fit names the windows; their counts come in one
+    # call; the real pass below then finds them known (and counts any window it
+    # changed, so the chunks are those of counting one by one).
+    if count.count_many is not None:
+        planned: list[str] = []
+        for group in groups:
+            _window(group, text, offsets, run, target, overlap, budget, count,
+                    fits=lambda c: planned.append(c) or True)
+        count.remember(planned)
     out: list[tuple[str, int, int]] = []
-    for group in _paragraph_groups(_units(text, target, count), target):
+    for group in groups:
         out.extend(_window(group, text, offsets, run, target, overlap, budget, count))
     return out
 
 
 def _window(units: list[_Unit], text: str, offsets: list[int], run: _Run, target: int, overlap: int,
-            budget: int, count: _Counter) -> list[tuple[str, int, int]]:
+            budget: int, count: _Counter, fits: Callable[[str], bool] | None = None) -> list[tuple[str, int, int]]:
     out: list[tuple[str, int, int]] = []
     i, n = 0, len(units)
     after = [0] * (n + 1)  # tokens from unit k to the end of the run
@@ -343,11 +372,11 @@ def _window(units: list[_Unit], text: str, offsets: list[int], run: _Run, target
                     break
         while True:
             content = text[units[i].start: units[j - 1].end]
-            fits = count(content) <= budget
-            if fits or j - 1 == i:
+            fit = fits(content) if fits is not None else count(content) <= budget
+            if fit or j - 1 == i:
                 break
             j -= 1
-        if not fits:
+        if not fit:
             content = _fit(content, budget + count.overhead, count.count_tokens)
         first = bisect.bisect_right(offsets, units[i].start) - 1
         last = bisect.bisect_right(offsets, units[j - 1].end - 1) - 1
@@ -418,12 +447,14 @@ def _balanced_groups(tokens: list[int], budget: int) -> list[tuple[int, int]]:
 
 
 def chunk_pages(pages: list[Page], *, count_tokens: Callable[[str], int], max_tokens: int,
-                target_tokens: int | None = None, overlap_tokens: int | None = None) -> list[Chunk]:
+                target_tokens: int | None = None, overlap_tokens: int | None = None,
+                count_many: Callable[[list[str]], list[int]] | None = None) -> list[Chunk]:
     """Chunks of at most `max_tokens` (as `count_tokens` measures them, special
     tokens included). `target_tokens` is the prose window (same measure), capped
     at `max_tokens`; `overlap_tokens` is carried between windows, in whole
-    sentences, at most half the window."""
-    count = _Counter(count_tokens)
+    sentences, at most half the window. `count_many`: `count_tokens` of many texts
+    in one call (the same counts, faster), when the model has it."""
+    count = _Counter(count_tokens, count_many)
     budget = max_tokens - count.overhead
     if budget < 8:
         raise ValueError(f"max_tokens={max_tokens} leaves no room for content")
