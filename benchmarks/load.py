@@ -10,8 +10,8 @@ the default request limits (LIBRARY_MCP_RATE etc.), so its 429/413 answers would
 count as errors here. Beside the clients: a forked ingest process (the zygote of
 benchmarks/crash.py) re-ingesting the library as new files arrive, and a thread
 running the memory curation steps (near duplicates, decay, promotion,
-retention) in a loop. Each client mostly calls library_search, and every fifth
-call memory_search or memory_index (its own `self` / `department` records).
+retention) in a loop. Each client mostly calls library_search; one call in ten is
+memory_index (its own `self` / `department` records) and one memory_search.
 """
 
 from __future__ import annotations
@@ -77,10 +77,15 @@ async def _client(url: str, token: str, n: int, deadline: float, out: dict[str, 
             calls = 0
             while time.monotonic() < deadline:
                 calls += 1
-                if calls % 5 == 0:
-                    tool, args = ("memory_index", {"artifact_id": f"load-{n}-{calls}", "scope": rng.choice(
-                        ["self", "department"]), "content": f"Client {n} noted: {rng.choice(QUERIES)} at call {calls}."}) \
-                        if calls % 10 == 0 else ("memory_search", {"query": rng.choice(QUERIES), "top_k": 5})
+                # A client's first call indexes and its second searches its memory, then
+                # one in ten of each: on a slow box a 10-s run gives a client fewer than
+                # ten calls, and a mix that indexed only at the tenth never indexed at all.
+                phase = (calls - 1) % 10
+                if phase == 0:
+                    tool, args = "memory_index", {"artifact_id": f"load-{n}-{calls}", "scope": rng.choice(
+                        ["self", "department"]), "content": f"Client {n} noted: {rng.choice(QUERIES)} at call {calls}."}
+                elif phase == 1:
+                    tool, args = "memory_search", {"query": rng.choice(QUERIES), "top_k": 5}
                 else:
                     tool, args = "library_search", {"query": rng.choice(QUERIES), "top_k": 10}
                 started = time.perf_counter()
