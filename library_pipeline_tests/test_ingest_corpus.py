@@ -29,7 +29,7 @@ from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY, new_database
 from library_pipeline_tests.ingest_helpers import doc_rows, ingest, latest_metadata
 
-pytestmark = pytest.mark.timeout(2400)  # one ingest of ~7k passages, shared by the module
+pytestmark = pytest.mark.timeout(2400)  # the module shares one ingest of several thousand passages
 
 SCANNED = "documents/pdf_scanned/federal-register-2020-17221_rasterized-p1-3.pdf"
 EXAMPLE = "Пушкин - Капитанская дочка.txt"
