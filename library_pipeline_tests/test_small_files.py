@@ -70,7 +70,7 @@ def test_small_files_are_embedded_in_one_batch_and_stay_atomic(db, embedder):
 def test_a_range_run_does_not_repeat_per_file_what_its_group_already_did(db, monkeypatch):
     """Two per-file costs of a range run of small files, gone: the stored-vector lookups
     (the group's encode ahead made them for all its files: one per vector lane) and the
-    index check (a transaction a file; once per writer now)."""
+    index check (a transaction a file; once per database now)."""
     from serving.passage_writer import PassageWriter
 
     root = db.settings.library_dir
@@ -84,9 +84,9 @@ def test_a_range_run_does_not_repeat_per_file_what_its_group_already_did(db, mon
             lookups.append(query)
         return execute(self, query, params, *args, **kwargs)
 
-    def spy_ensure(self, conn):
+    def spy_ensure(self, conn, **kwargs):
         checks.append(conn)
-        return ensure(self, conn)
+        return ensure(self, conn, **kwargs)
 
     monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
     monkeypatch.setattr(PassageWriter, "ensure_indexes", spy_ensure)

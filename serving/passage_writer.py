@@ -136,7 +136,8 @@ def _not_encoded_ahead(model: Embedder, hashes: list[str], by_hash: dict[str, st
 class PassageWriter:
     """Writes passages with the primary model and (by default) the multilingual one."""
 
-    # (dsn, column, model, verbatim index too) whose indexes exist
+    # (database, column, model, verbatim index too) whose indexes exist; the database is
+    # the caller's dsn or, without one, the connection's
     _indexed: set[tuple[str, str, str, bool]] = set()
 
     def __init__(self, primary: Embedder, multilingual: Embedder | None | object = _DEFAULT, *,
@@ -144,7 +145,6 @@ class PassageWriter:
         self.primary = primary
         self.multi: Embedder | None = multilingual_embedder() if multilingual is _DEFAULT else multilingual  # type: ignore[assignment]
         self.verbatim_index = verbatim_index
-        self.ensured_on: set[str] = set()  # databases (dsn) whose indexes `ensure_indexes` saw to
 
     @property
     def models(self) -> dict[str, str | None]:
@@ -152,14 +152,19 @@ class PassageWriter:
 
     # -- indexes ------------------------------------------------------------------
 
-    def ensure_indexes(self, conn: psycopg.Connection) -> None:
+    def _indexes_todo(self, dsn: str) -> list[tuple[str, Embedder]]:
+        verbatim = self.verbatim_index
+        todo = [("embedding", self.primary)] + ([("embedding_multi", self.multi)] if self.multi else [])
+        return [(col, e) for col, e in todo
+                if (dsn, col, e.name, verbatim) not in self._indexed and (dsn, col, e.name, True) not in self._indexed]
+
+    def ensure_indexes(self, conn: psycopg.Connection, *, dsn: str | None = None) -> None:
         """Both models' HNSW indexes, and the library's first model recorded as its
         active one (settings.embed_model; a re-embed migration changes it later).
-        Call it before the write transaction, on a connection with none open."""
-        dsn, verbatim = conn.info.dsn, self.verbatim_index
-        todo = [("embedding", self.primary)] + ([("embedding_multi", self.multi)] if self.multi else [])
-        todo = [(col, e) for col, e in todo
-                if (dsn, col, e.name, verbatim) not in self._indexed and (dsn, col, e.name, True) not in self._indexed]
+        Call it before the write transaction, on a connection with none open. `dsn`:
+        the database as the caller names it (`indexes_known` then answers without one)."""
+        dsn, verbatim = dsn or conn.info.dsn, self.verbatim_index
+        todo = self._indexes_todo(dsn)
         if not todo:
             return
         with conn.transaction():
@@ -173,6 +178,10 @@ class PassageWriter:
                              "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                              (Jsonb({"name": self.multi.name, "dims": self.multi.dims}),))
         self._indexed.update((dsn, col, e.name, verbatim) for col, e in todo)
+
+    def indexes_known(self, dsn: str) -> bool:
+        """Whether `ensure_indexes(..., dsn=dsn)` already saw to this database."""
+        return not self._indexes_todo(dsn)
 
     # -- vectors ------------------------------------------------------------------
 
@@ -290,11 +299,10 @@ def _hnsw_indexes(conn: psycopg.Connection) -> set[str]:
 
 
 def ensure_indexes(db, writer: PassageWriter) -> None:
-    """`PassageWriter.ensure_indexes` on a connection of its own (`db`: serving.db.Database),
-    once per writer and database: even when the indexes are known, the transaction around
-    the check cost ~1 ms a file in a range run of small files."""
-    if db.dsn in writer.ensured_on:
+    """`PassageWriter.ensure_indexes` on a connection of its own (`db`: serving.db.Database).
+    Known indexes open no transaction: the transaction around the check alone cost ~1 ms a
+    file in a range run of small files."""
+    if writer.indexes_known(db.dsn):
         return
     with db.transaction() as conn:
-        writer.ensure_indexes(conn)
-    writer.ensured_on.add(db.dsn)
+        writer.ensure_indexes(conn, dsn=db.dsn)

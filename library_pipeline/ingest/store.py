@@ -354,7 +354,8 @@ def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
         rows = conn.execute("SELECT page_no, text, ocr, label, heading FROM pages WHERE document_id = %s "
                             "ORDER BY page_no", (doc["id"],)).fetchall()
     pages = [Page(page_no=r[0], text=r[1], ocr=r[2], label=r[3], heading=r[4]) for r in rows]
-    chunks = chunk_pages(pages, count_tokens=embedder.count_tokens, count_many=getattr(embedder, "count_tokens_many", None),
+    chunks = chunk_pages(pages, count_tokens=embedder.count_tokens,
+                         count_many=getattr(embedder, "count_tokens_many", None),
                          max_tokens=_prefix_budget(embedder, doc["title"]))
     with db.transaction() as conn:
         conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc["id"],))
