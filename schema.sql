@@ -163,8 +163,23 @@ CREATE OR REPLACE FUNCTION ensure_hnsw_indexes(p_column text, p_model_column tex
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     summaries boolean;
+    wanted boolean[] := CASE WHEN p_verbatim THEN ARRAY[false, true] ELSE ARRAY[true] END;
 BEGIN
-    FOREACH summaries IN ARRAY CASE WHEN p_verbatim THEN ARRAY[false, true] ELSE ARRAY[true] END LOOP
+    -- Every writer's first write comes here. Two sessions running CREATE INDEX IF NOT
+    -- EXISTS for one name both pass the existence check and the later one fails on
+    -- pg_class's unique index (UniqueViolation: 8 agents' simultaneous first
+    -- memory_index calls lost 0, 1 and 3 writes in three rounds). So one creator at a
+    -- time, until its transaction commits, and the name is looked up again under the
+    -- lock. The lookups come first and without the lock: CREATE INDEX IF NOT EXISTS
+    -- takes a SHARE lock on passages even when the index exists, which would queue
+    -- every later writer behind any open write transaction.
+    IF NOT EXISTS (SELECT 1 FROM unnest(wanted) w
+                   WHERE to_regclass(hnsw_index_name(p_prefix, p_model, w)) IS NULL) THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(7301118);
+    FOREACH summaries IN ARRAY wanted LOOP
+        CONTINUE WHEN to_regclass(hnsw_index_name(p_prefix, p_model, summaries)) IS NOT NULL;
         EXECUTE format(
             'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((%I::halfvec(%s)) halfvec_cosine_ops) '
             'WITH (m = 16, ef_construction = 64) WHERE %I = %L AND summary_level %s 0',
