@@ -205,6 +205,55 @@ def test_trust_drops_cross_script_noise_and_scales_the_only_reader():
     assert [f.id for f in fused][:3] == [4, 3, 1] and fused[0].parts["vector"] == 1.0
 
 
+def test_library_eval_scores_the_files_search_returns(library, embedder, tmp_path, monkeypatch):
+    """`library eval library` on the user's own question file: each figure is what the search
+    agents call returns (first file, files' reciprocal rank, other-script passages in the top 5
+    of same-language questions), questions across languages are reported apart, and a file the
+    library does not hold is named."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from library_pipeline.cli import app
+    from serving.search.language import script
+
+    db, _ = library
+    questions = tmp_path / "questions.tsv"
+    questions.write_text(
+        "question\tfiles\n"
+        "What was written on the little bottle Alice found?\t" + ALICE + "\n"
+        "Who did Alice follow down the rabbit-hole?\t" + ALICE + "\n"
+        "Что надели на героя в дорогу, а сверху лисью шубу?\t" + PUSHKIN + "\n"
+        "Что было написано на бутылочке, которую нашла Алиса?\t" + ALICE + "\n"
+        "Who wrote this?\tnot-in-the-library.pdf\n", encoding="utf-8")
+    monkeypatch.setenv("LIBRARY_DB_DSN", db.settings.db_dsn)
+    monkeypatch.setenv("LIBRARY_HOME", str(tmp_path / "home"))
+    out = CliRunner().invoke(app, ["eval", "library", str(questions), "--json", "--out", str(tmp_path / "report")])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    summary, rows = data["summary"], data["questions"]
+    assert summary["questions"] == 4 and summary["missing_files"] == ["Who wrote this? -> not-in-the-library.pdf"]
+    assert summary["same_language_questions"] == 3 and summary["cross_language_questions"] == 1
+    with db.connect() as conn:
+        for row in rows:
+            resp = search(conn, embedder, row["question"], top_k=10,
+                          config=SearchConfig(rerank=False, summaries=False, log_queries=False))
+            files = []
+            for r in resp.results:
+                files.append(r.path) if r.path not in files else None
+            assert row["right_at_1"] == (resp.results[0].path in row["files"])
+            rank = files.index(row["files"][0]) + 1 if row["files"][0] in files else None
+            assert row["reciprocal_rank"] == (round(1 / rank, 4) if rank else 0.0)
+            if row["same_language"]:
+                qs = script(row["question"])
+                assert row["other_script_top5"] == sum(script(r.text) != qs for r in resp.results[:5])
+    assert summary["right_at_1"] == sum(r["right_at_1"] for r in rows) / 4
+    assert "| question | right at 1 |" in (tmp_path / "report.md").read_text(encoding="utf-8")
+    # the bar decides the exit status
+    strict = CliRunner().invoke(app, ["eval", "library", str(questions), "--min-right-at-1", "1"])
+    assert strict.exit_code == (0 if summary["right_at_1"] == 1 else 1), strict.output
+
+
 def test_setting_is_validated(monkeypatch):
     from serving.settings import multilingual_setting
 

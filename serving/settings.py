@@ -128,6 +128,7 @@ class Settings:
     # evaluation (library_pipeline.eval, library_pipeline.defs.eval)
     eval_dsn: str | None = None            # LIBRARY_EVAL_DSN
     eval_queries: str | None = None        # LIBRARY_EVAL_QUERIES
+    library_questions: str | None = None   # LIBRARY_EVAL_LIBRARY_QUESTIONS: the user's question file
     memory_eval_set: str | None = None     # LIBRARY_MEMORY_EVAL_SET
     judge_model: str | None = None         # LIBRARY_JUDGE_MODEL
 
@@ -176,6 +177,7 @@ class Settings:
             department=_str("LIBRARY_DEPARTMENT"),
             eval_dsn=_str("LIBRARY_EVAL_DSN"),
             eval_queries=_str("LIBRARY_EVAL_QUERIES"),
+            library_questions=_str("LIBRARY_EVAL_LIBRARY_QUESTIONS"),
             memory_eval_set=_str("LIBRARY_MEMORY_EVAL_SET"),
             judge_model=_str("LIBRARY_JUDGE_MODEL"),
         )

@@ -193,6 +193,46 @@ def regression(
     raise typer.Exit(0 if result.passed else 1)
 
 
+@eval_app.command("library")
+def library(
+    questions: Path = typer.Argument(..., exists=True, dir_okay=False,
+                                     help="Questions (TSV: question<TAB>file | file; or YAML), each naming the "
+                                          "file(s) that answer it."),
+    out: Path = typer.Option(None, "--out", help="Also write <out>.md and <out>.json."),
+    json_out: bool = typer.Option(False, "--json"),
+    min_right_at_1: float = typer.Option(0.0, "--min-right-at-1", min=0, max=1,
+                                         help="Exit 1 when fewer questions get the right file first."),
+    max_other_script: int = typer.Option(-1, "--max-other-script",
+                                         help="Exit 1 above this many other-script passages in the top 5 of "
+                                              "same-language questions (-1: no limit)."),
+) -> None:
+    """Ask your own questions of the live library through the search agents use: right file at
+    rank 1, MRR over files, other-script passages in the top 5 (what the asset check runs)."""
+    from library_pipeline.eval.library_questions import QuestionFileError, evaluate_library, load_questions, markdown
+    from serving.db import Database
+
+    try:
+        qs = load_questions(questions)
+    except QuestionFileError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    db = Database()
+    try:
+        with db.connect() as conn:
+            evaluation = evaluate_library(conn, _embedder(), qs)
+    finally:
+        db.stop()
+    summary = evaluation.summary()
+    data = {"summary": summary, "questions": [r.to_dict() for r in evaluation.results]}
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".md").write_text(markdown(evaluation) + "\n", encoding="utf-8")
+        out.with_suffix(".json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else markdown(evaluation))
+    failed = ((summary["right_at_1"] or 0.0) < min_right_at_1
+              or 0 <= max_other_script < summary["other_script_in_top5"])
+    raise typer.Exit(1 if failed else 0)
+
+
 @eval_app.command("pool")
 def pool(
     out: Path = typer.Argument(..., help="Pool file to write (JSON)."),

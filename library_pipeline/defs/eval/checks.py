@@ -57,6 +57,56 @@ def retrieval_quality(config: RetrievalCheckConfig, library_db: LibraryDatabase,
                                description="; ".join(result.failures) or "all metrics at or above thresholds")
 
 
+class LibraryQuestionsConfig(dg.Config):
+    questions: str = Field(default="", description="Question file (TSV or YAML, each question naming the file(s) "
+                                                   "that answer it); empty = $LIBRARY_EVAL_LIBRARY_QUESTIONS, or "
+                                                   "examples/library_questions.tsv when the library holds its files.")
+    min_right_at_1: float = Field(default=0.95, description="Share of questions whose first passage is from a "
+                                                             "right file.")
+    max_other_script: int = Field(default=0, description="Other-script passages allowed in the top 5 of "
+                                                         "same-language questions, summed over them.")
+
+
+@dg.asset_check(asset=EMBEDDINGS, blocking=False,
+                description="The user's own questions (LIBRARY_EVAL_LIBRARY_QUESTIONS) through serving.search.search: "
+                            "right file at rank 1, MRR over files, other-script passages in the top 5.")
+def library_questions(config: LibraryQuestionsConfig, library_db: LibraryDatabase,
+                      embedder: EmbedderResource) -> dg.AssetCheckResult:
+    from library_pipeline.eval.library_questions import (EXAMPLE_QUESTIONS, evaluate_library, load_questions,
+                                                         markdown, resolve_files)
+
+    path = config.questions or get_settings().library_questions
+    db = library_db.get()
+    with db.connect() as conn:
+        if not path:
+            # the example library's own set, when this is the example library (all its files present)
+            named = {f for q in load_questions(EXAMPLE_QUESTIONS) for f in q.files}
+            if resolve_files(conn, tuple(named))[1]:
+                return dg.AssetCheckResult(passed=True, description="no question file configured "
+                                           "(LIBRARY_EVAL_LIBRARY_QUESTIONS): nothing to check",
+                                           metadata={"questions": 0})
+            path = str(EXAMPLE_QUESTIONS)
+        evaluation = evaluate_library(conn, embedder.get(db), load_questions(path))
+    s = evaluation.summary()
+    failures = []
+    if (s["right_at_1"] or 0.0) < config.min_right_at_1:
+        failures.append(f"right file at rank 1 {s['right_at_1'] or 0:.1%} < {config.min_right_at_1:.0%}")
+    if s["other_script_in_top5"] > config.max_other_script:
+        failures.append(f"{s['other_script_in_top5']} other-script passages in the top 5 of same-language questions "
+                        f"> {config.max_other_script}")
+    if s["missing_files"]:
+        failures.append(f"{len(s['missing_files'])} named file(s) not in the library")
+    metadata = {"questions": s["questions"], "question_file": path,
+                "right_at_1": dg.MetadataValue.float(round(s["right_at_1"] or 0.0, 4)),
+                "mrr_files": dg.MetadataValue.float(round(s["mrr_files"] or 0.0, 4)),
+                "other_script_in_top5": s["other_script_in_top5"],
+                "cross_language_questions": s["cross_language_questions"],
+                "table": dg.MetadataValue.md(markdown(evaluation))}
+    return dg.AssetCheckResult(passed=not failures, metadata=metadata,
+                               description="; ".join(failures) or
+                               f"right file first for {s['right_at_1']:.1%}, no other-script noise")
+
+
 ORPHANS_SQL = """
 SELECT
   count(*) FILTER (WHERE p.source IN ('library', 'vault') AND p.document_id IS NULL),
