@@ -184,17 +184,9 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
 
 
 def forget_document(conn, document_id: int) -> None:
-    """Remove one file's contributions (before re-extraction), keeping other files' intact."""
-    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
-    touched = [r[0] for r in conn.execute(
-        "DELETE FROM entity_sources WHERE document_id = %s RETURNING entity_id", (document_id,)).fetchall()]
-    conn.execute("DELETE FROM relations WHERE document_id = %s", (document_id,))
-    if touched:
-        # mentions and votes are recounted from what the other files still assert
-        conn.execute("DELETE FROM entities e WHERE e.id = ANY(%s) AND NOT EXISTS "
-                     "(SELECT 1 FROM entity_sources s WHERE s.entity_id = e.id)", (touched,))
-        conn.execute("UPDATE entities e SET mentions = (SELECT coalesce(sum(mentions), 0) FROM entity_sources s "
-                     "WHERE s.entity_id = e.id) WHERE e.id = ANY(%s)", (touched,))
+    """Remove one file's contributions (before re-extraction), keeping other files' intact:
+    schema.sql's kg_forget_documents, the same deletion `library purge` runs."""
+    conn.execute("SELECT kg_forget_documents(ARRAY[%s]::bigint[])", (document_id,))
 
 
 def collect_orphans(db: Database) -> int:
