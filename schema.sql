@@ -706,11 +706,17 @@ CREATE TABLE IF NOT EXISTS kg_progress (
 -- forgotten and extracted again, never added to), so between the edit and the
 -- rebuild they are hidden and coverage names the file as pending. Every graph
 -- read joins this view; an entity is live while one of these files mentions it.
--- (Rows with no progress row at all were written outside the budgeted extraction,
--- which always records the version first; nothing tells them stale, so they count.)
+-- A file re-ingested with the same bytes (`library ingest --force`) has a new
+-- version but the same text: its graph stays live while it is extracted again
+-- (kg_progress.content_hash: the documents.indexed_hash it was extracted from).
+-- Rows with no progress row at all were written outside the budgeted extraction,
+-- which always records the version first; nothing tells them stale, so they count.
+ALTER TABLE kg_progress ADD COLUMN IF NOT EXISTS content_hash text;
+
 CREATE OR REPLACE VIEW kg_live_documents AS
     SELECT d.id FROM documents d LEFT JOIN kg_progress k ON k.document_id = d.id
-    WHERE d.status <> 'removed' AND (k.document_id IS NULL OR k.version = d.version);
+    WHERE d.status <> 'removed'
+      AND (k.document_id IS NULL OR k.version = d.version OR k.content_hash = d.indexed_hash);
 
 CREATE OR REPLACE VIEW kg_live_entities AS
     SELECT e.id, e.name, e.name_norm, e.type, e.mentions FROM entities e

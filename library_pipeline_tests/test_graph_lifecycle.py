@@ -252,3 +252,21 @@ def test_d_an_edited_book_is_pending_then_replaced_never_added_to(lib, before):
     assert superseded == 0               # the new tree replaced the old one
     irene = ask("entity", "Irene Adler")
     assert irene["found"] and irene["coverage"]["files_pending"] == 0 and irene["files"] == [HOLMES]
+
+
+def test_e_a_forced_reingest_of_the_same_text_keeps_its_graph_answering(lib):
+    before = ask("entity", "Irene Adler")
+    assert "1 ingested" in cli("ingest", "--force")
+    during = ask("entity", "Irene Adler")
+    assert during["found"] and during["mentions"] == before["mentions"]
+    assert [p["path"] for p in during["coverage"]["pending_files"]] == [HOLMES]
+    assert "same text" in during["coverage"]["pending_files"][0]["why"]
+    library = Library(lib.settings)
+    try:
+        found = library.search("Irene Adler and the photograph", top_k=5)
+    finally:
+        library.close()
+    assert found.summaries and {s.path for s in found.summaries} == {HOLMES}  # the same text's tree still answers
+    cli("graph", "build", "--only", "graph")
+    after = ask("entity", "Irene Adler")
+    assert after["found"] and after["coverage"]["files_pending"] == 0 and after["mentions"] == before["mentions"]

@@ -162,6 +162,8 @@ def _edges(conn: psycopg.Connection, entity_id: int, relation: str | None, direc
 
 _PENDING_SQL = """
 SELECT d.path, CASE WHEN k.document_id IS NULL THEN 'not extracted yet'
+                    WHEN k.version <> d.version AND k.content_hash = d.indexed_hash
+                         THEN 're-ingested with the same text; its graph answers while it is extracted again'
                     WHEN k.version <> d.version THEN 'changed since its graph was built; that graph is hidden until '
                                                      'the new version is extracted'
                     ELSE 'extraction in progress' END

@@ -420,11 +420,13 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
     with db.transaction() as conn:
         conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
         writer.swap(conn, doc["id"], rows, vectors)
-        # the summary tree summarises the passages just replaced: kept (superseded, found
-        # only on request) until the tree of this version replaces it, never served as
-        # the file's current summaries; search says the tree is pending meanwhile
-        conn.execute("UPDATE passages SET superseded = true WHERE document_id = %s AND summary_level > 0 "
-                     "AND NOT superseded", (doc["id"],))
+        if doc["indexed_hash"] != doc["content_hash"]:
+            # the summary tree summarises text the file no longer has: kept (superseded,
+            # found only on request) until the tree of this version replaces it, never
+            # served as the file's summaries; search says the tree is pending meanwhile.
+            # The same bytes re-ingested (--force) keep their tree until it is rebuilt.
+            conn.execute("UPDATE passages SET superseded = true WHERE document_id = %s AND summary_level > 0 "
+                         "AND NOT superseded", (doc["id"],))
         if crash_hook is not None:
             crash_hook("inside_swap")
         conn.execute("UPDATE documents SET indexed_hash = content_hash, status = 'ingested', error = NULL, "
