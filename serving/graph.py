@@ -72,6 +72,7 @@ def _entities(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
                    "source_count": r[5]} for r in rows}
 
 
+_LENGTH_SQL = "SELECT id, name_norm FROM kg_live_entities WHERE length(name_norm) BETWEEN %s AND %s"
 _EXACT_SQL = ("SELECT id, 'exact' FROM kg_live_entities WHERE name_norm = %s UNION ALL "
               "SELECT a.entity_id, 'alias' FROM entity_aliases a JOIN kg_live_entities e ON e.id = a.entity_id "
               "WHERE a.alias_norm = %s LIMIT 1")
@@ -106,8 +107,7 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     ids: list[int] = []
     if max_edits(norm):
         # a misspelling of exactly one name resolves to it, like the write path does
-        choices = dict(conn.execute("SELECT id, name_norm FROM kg_live_entities WHERE length(name_norm) BETWEEN %s AND %s",
-                                    (len(norm) - 2, len(norm) + 2)).fetchall())
+        choices = dict(conn.execute(_LENGTH_SQL, (len(norm) - 2, len(norm) + 2)).fetchall())
         close = process.extract(norm, choices, scorer=Levenshtein.distance, score_cutoff=max_edits(norm), limit=2)
         if len(close) == 1:
             entity_id = close[0][2]
@@ -121,8 +121,7 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
             "SELECT id FROM kg_live_entities WHERE name_norm LIKE '%%' || %(q)s || '%%' OR (length(name_norm) >= 4 "
             "AND ' ' || %(q)s || ' ' LIKE '%% ' || name_norm || ' %%') ORDER BY mentions DESC LIMIT 10",
             {"q": norm}).fetchall()]
-        choices = dict(conn.execute("SELECT id, name_norm FROM kg_live_entities WHERE length(name_norm) BETWEEN %s AND %s",
-                                    (len(norm) - 2, len(norm) + 2)).fetchall())
+        choices = dict(conn.execute(_LENGTH_SQL, (len(norm) - 2, len(norm) + 2)).fetchall())
         for _, _, entity_id in process.extract(norm, choices, scorer=Levenshtein.distance, score_cutoff=2, limit=10):
             if entity_id not in ids:
                 ids.append(entity_id)
@@ -229,7 +228,8 @@ def entity(conn: psycopg.Connection, name: str, *, limit: int = 10) -> dict[str,
     e = res["entity"]
     files = [r[0] for r in conn.execute(
         "SELECT d.path FROM entity_sources s JOIN documents d ON d.id = s.document_id "
-        "JOIN kg_live_documents l ON l.id = d.id WHERE s.entity_id = %s ORDER BY s.mentions DESC, d.path LIMIT 10", (e["id"],)).fetchall()]
+        "JOIN kg_live_documents l ON l.id = d.id WHERE s.entity_id = %s ORDER BY s.mentions DESC, d.path LIMIT 10",
+        (e["id"],)).fetchall()]
     return {"found": True, "matched": res["matched"], **e, "aliases": _aliases(conn, e["id"]), "files": files,
             "relations": _edges(conn, e["id"], None, "both", limit), "coverage": coverage(conn)}
 
