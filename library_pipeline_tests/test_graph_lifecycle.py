@@ -7,8 +7,9 @@ again from the new text, which replaces the old relations instead of adding to t
 Two real texts from library_pipeline_tests/data: two chapters of Alice (the book
 deleted) and two parts of A Scandal in Bohemia (the book edited), each with one
 generated paragraph naming the same two people, so that entities shared by both
-books are seen to survive the deletion of one. The tests run in order, each on the
-state the previous one left (one ingest and one graph build for the module)."""
+books are seen to survive the deletion of one. A forgotten agent memory leaves
+nothing either (nothing is derived from memories). The tests run in order, each on
+the state the previous one left (one ingest and one graph build for the module)."""
 
 from __future__ import annotations
 
@@ -270,3 +271,24 @@ def test_e_a_forced_reingest_of_the_same_text_keeps_its_graph_answering(lib):
     cli("graph", "build", "--only", "graph")
     after = ask("entity", "Irene Adler")
     assert after["found"] and after["coverage"]["files_pending"] == 0 and after["mentions"] == before["mentions"]
+
+
+def test_f_a_forgotten_memory_leaves_nothing_in_the_graph_or_the_summaries(lib, tmp_path):
+    """The graph and the trees are built from library files only: a memory naming
+    people is never extracted, and once forgotten no row anywhere derives from it."""
+    note = tmp_path / "note.txt"
+    note.write_text("Eustace Trombley met Cornelius Fenwick in Oxford and read A Scandal in Bohemia. " * 8,
+                    encoding="utf-8")
+    who = ("--agent", "lifecycle-tester")
+    cli("memory", "index", "m-lifecycle", str(note), "--scope", "global", *who)
+    stats = ask("stats")
+    cli("graph", "build")
+    assert ask("entity", "Eustace Trombley")["found"] is False
+    assert ask("stats")["relations"] == stats["relations"] and ask("stats")["entities"] == stats["entities"]
+    cli("memory", "forget", "m-lifecycle", "--yes", *who)
+    with lib.connect() as conn:
+        left = conn.execute("SELECT (SELECT count(*) FROM passages WHERE source = 'memory'), "
+                            "(SELECT count(*) FROM memories), (SELECT count(*) FROM entities "
+                            "WHERE name_norm = 'eustace trombley'), (SELECT count(*) FROM passages "
+                            "WHERE summary_level > 0 AND document_id IS NULL)").fetchone()
+    assert left == (0, 0, 0, 0)
