@@ -714,6 +714,53 @@ CREATE TABLE IF NOT EXISTS kg_progress (
     completed_at    timestamptz
 );
 
+-- Which files the graph may answer from: a file's graph rows follow the file the
+-- way its passages do. A file marked removed is hidden at once (and its rows go
+-- with its `documents` row at `library purge`); an edited file's rows belong to
+-- the version its extraction started from (kg_progress.version: a new version is
+-- forgotten and extracted again, never added to), so between the edit and the
+-- rebuild they are hidden and coverage names the file as pending. Every graph
+-- read joins this view; an entity is live while one of these files mentions it.
+-- A file re-ingested with the same bytes (`library ingest --force`) has a new
+-- version but the same text: its graph stays live while it is extracted again
+-- (kg_progress.content_hash: the documents.indexed_hash it was extracted from).
+-- Rows with no progress row at all were written outside the budgeted extraction,
+-- which always records the version first; nothing tells them stale, so they count.
+ALTER TABLE kg_progress ADD COLUMN IF NOT EXISTS content_hash text;
+
+CREATE OR REPLACE VIEW kg_live_documents AS
+    SELECT d.id FROM documents d LEFT JOIN kg_progress k ON k.document_id = d.id
+    WHERE d.status <> 'removed'
+      AND (k.document_id IS NULL OR k.version = d.version OR k.content_hash = d.indexed_hash);
+
+CREATE OR REPLACE VIEW kg_live_entities AS
+    SELECT e.id, e.name, e.name_norm, e.type, e.mentions FROM entities e
+    WHERE EXISTS (SELECT 1 FROM entity_sources s JOIN kg_live_documents l ON l.id = s.document_id
+                  WHERE s.entity_id = e.id);
+
+-- A file's contributions to the graph, deleted (before it is extracted again, and
+-- by `library purge`): its mentions, relations and shared-name candidates; the
+-- entities no other file mentions; the mention counts of the rest recounted from
+-- what the other files still assert.
+CREATE OR REPLACE FUNCTION kg_forget_documents(p_ids bigint[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    touched bigint[];
+    orphans integer;
+BEGIN
+    DELETE FROM entity_alias_candidates WHERE document_id = ANY(p_ids);
+    WITH gone AS (DELETE FROM entity_sources WHERE document_id = ANY(p_ids) RETURNING entity_id)
+    SELECT coalesce(array_agg(DISTINCT entity_id), '{}') INTO touched FROM gone;
+    DELETE FROM relations WHERE document_id = ANY(p_ids);
+    DELETE FROM entities e WHERE e.id = ANY(touched)
+        AND NOT EXISTS (SELECT 1 FROM entity_sources s WHERE s.entity_id = e.id);
+    GET DIAGNOSTICS orphans = ROW_COUNT;
+    UPDATE entities e SET mentions = (SELECT coalesce(sum(mentions), 0) FROM entity_sources s
+                                      WHERE s.entity_id = e.id)
+    WHERE e.id = ANY(touched);
+    RETURN orphans;
+END $$;
+
 -- ---------------------------------------------------------------------------
 -- Vault
 -- Obsidian notes synced from a git repository (library_pipeline/vault, the

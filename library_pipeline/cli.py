@@ -160,7 +160,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable
 
 @app.command()
 def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only list).")) -> None:
-    """Delete the rows of files marked removed (their passages, pages, chunks)."""
+    """Delete the rows of files marked removed (passages, pages, chunks, summaries, their graph)."""
     from library_pipeline.ingest_runner import purge_removed_files
 
     db = Database(get_settings())
@@ -175,7 +175,7 @@ def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only l
             console.print(f"  {'purging' if yes else 'would purge'} {p}")
         if yes:
             purged = purge_removed_files(db)
-            console.print(f"purged {len(purged)} removed file(s) and their passages")
+            console.print(f"purged {len(purged)} removed file(s): their passages, summaries and graph")
         else:
             console.print("re-run with --yes to delete these rows")
     finally:

@@ -9,6 +9,13 @@ one book repeating a claim a hundred times is one source. Rows of removed
 files are ignored. Direction is reported as stored; co-occurrence rows
 (`related_to`, extractor 'cooccurrence') have none and read "undirected".
 
+Every read goes through schema.sql's kg_live_documents / kg_live_entities: a
+file marked removed leaves every answer at the moment its passages leave
+search, an edited file's graph is hidden (and named pending in `coverage`)
+until it is extracted from the new version, and an entity no live file
+mentions is not found - a filter on document status alone had left such
+entities "found" with `files: []`, counted in stats and matched by name.
+
 agent-library (github.com/CreateM1nd/agent-library) stopped at one hop; paths (<= 3 hops), subgraphs
 and aggregates are what its agents asked for next.
 """
@@ -53,7 +60,7 @@ SELECT e.id, e.name, e.type, e.type_raw,
        coalesce(sum(s.mentions), 0)::int AS mentions, count(s.document_id)::int AS source_count
 FROM entities e
 LEFT JOIN entity_sources s ON s.entity_id = e.id
-     AND EXISTS (SELECT 1 FROM documents d WHERE d.id = s.document_id AND d.status <> 'removed')
+     AND s.document_id IN (SELECT id FROM kg_live_documents)
 WHERE e.id = ANY(%s)
 GROUP BY e.id
 """
@@ -63,6 +70,12 @@ def _entities(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
     rows = conn.execute(_ENTITY_SQL, (ids,)).fetchall()
     return {r[0]: {"id": r[0], "name": r[1], "type": r[2], "type_raw": r[3], "mentions": r[4],
                    "source_count": r[5]} for r in rows}
+
+
+_LENGTH_SQL = "SELECT id, name_norm FROM kg_live_entities WHERE length(name_norm) BETWEEN %s AND %s"
+_EXACT_SQL = ("SELECT id, 'exact' FROM kg_live_entities WHERE name_norm = %s UNION ALL "
+              "SELECT a.entity_id, 'alias' FROM entity_aliases a JOIN kg_live_entities e ON e.id = a.entity_id "
+              "WHERE a.alias_norm = %s LIMIT 1")
 
 
 def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
@@ -75,20 +88,16 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     bare = FORM_OF_ADDRESS.sub("", name.strip()[:200], count=1)
     norm, bare_norm = conn.execute("SELECT kg_normalise_name(%s), kg_normalise_name(%s)",
                                    (name[:200], bare)).fetchone()
-    row = conn.execute("SELECT id, 'exact' FROM entities WHERE name_norm = %s UNION ALL "
-                       "SELECT entity_id, 'alias' FROM entity_aliases WHERE alias_norm = %s LIMIT 1",
-                       (norm, norm)).fetchone()
+    row = conn.execute(_EXACT_SQL, (norm, norm)).fetchone()
     if row is None and bare_norm != norm and bare_norm:
         norm = bare_norm
-        row = conn.execute("SELECT id, 'exact' FROM entities WHERE name_norm = %s UNION ALL "
-                           "SELECT entity_id, 'alias' FROM entity_aliases WHERE alias_norm = %s LIMIT 1",
-                           (norm, norm)).fetchone()
+        row = conn.execute(_EXACT_SQL, (norm, norm)).fetchone()
     if row:
         return {"status": "found", "matched": row[1], "entity": _entities(conn, [row[0]])[row[0]], "candidates": []}
     # a short name a file shares between several full names ("Stoner": Helen and Julia)
     shared = [r[0] for r in conn.execute(
-        "SELECT DISTINCT c.entity_id FROM entity_alias_candidates c JOIN documents d ON d.id = c.document_id "
-        "AND d.status <> 'removed' WHERE c.alias_norm = %s", (norm,)).fetchall()]
+        "SELECT DISTINCT c.entity_id FROM entity_alias_candidates c JOIN kg_live_documents l ON l.id = c.document_id "
+        "JOIN kg_live_entities e ON e.id = c.entity_id WHERE c.alias_norm = %s", (norm,)).fetchall()]
     if shared:
         found = _entities(conn, shared)
         candidates = sorted(found.values(), key=lambda e: (-e["mentions"], e["name"]))
@@ -98,8 +107,7 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     ids: list[int] = []
     if max_edits(norm):
         # a misspelling of exactly one name resolves to it, like the write path does
-        choices = dict(conn.execute("SELECT id, name_norm FROM entities WHERE length(name_norm) BETWEEN %s AND %s",
-                                    (len(norm) - 2, len(norm) + 2)).fetchall())
+        choices = dict(conn.execute(_LENGTH_SQL, (len(norm) - 2, len(norm) + 2)).fetchall())
         close = process.extract(norm, choices, scorer=Levenshtein.distance, score_cutoff=max_edits(norm), limit=2)
         if len(close) == 1:
             entity_id = close[0][2]
@@ -110,11 +118,10 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         # Either the query is part of a name ("holmes" -> "sherlock holmes") or a
         # name of 4+ characters is a whole word of the query.
         ids = [r[0] for r in conn.execute(
-            "SELECT id FROM entities WHERE name_norm LIKE '%%' || %(q)s || '%%' OR (length(name_norm) >= 4 "
+            "SELECT id FROM kg_live_entities WHERE name_norm LIKE '%%' || %(q)s || '%%' OR (length(name_norm) >= 4 "
             "AND ' ' || %(q)s || ' ' LIKE '%% ' || name_norm || ' %%') ORDER BY mentions DESC LIMIT 10",
             {"q": norm}).fetchall()]
-        choices = dict(conn.execute("SELECT id, name_norm FROM entities WHERE length(name_norm) BETWEEN %s AND %s",
-                                    (len(norm) - 2, len(norm) + 2)).fetchall())
+        choices = dict(conn.execute(_LENGTH_SQL, (len(norm) - 2, len(norm) + 2)).fetchall())
         for _, _, entity_id in process.extract(norm, choices, scorer=Levenshtein.distance, score_cutoff=2, limit=10):
             if entity_id not in ids:
                 ids.append(entity_id)
@@ -133,7 +140,7 @@ SELECT CASE WHEN r.extractor = 'cooccurrence' THEN 'undirected'
        count(DISTINCT r.document_id)::int AS files, sum(r.count)::int AS count,
        array_agg(DISTINCT r.relation_raw) AS raw, min(r.evidence) AS evidence
 FROM relations r
-JOIN documents d ON d.id = r.document_id AND d.status <> 'removed'
+JOIN kg_live_documents l ON l.id = r.document_id
 JOIN entities o ON o.id = CASE WHEN r.source_id = %(id)s THEN r.target_id ELSE r.source_id END
 WHERE ((r.source_id = %(id)s AND (%(out)s OR r.extractor = 'cooccurrence'))
     OR (r.target_id = %(id)s AND (%(in)s OR r.extractor = 'cooccurrence')))
@@ -152,9 +159,26 @@ def _edges(conn: psycopg.Connection, entity_id: int, relation: str | None, direc
              "files": r[5], "count": r[6], "relation_raw": sorted(r[7]), "evidence": r[8]} for r in rows]
 
 
+_PENDING_SQL = """
+SELECT d.path, CASE WHEN k.document_id IS NULL THEN 'not extracted yet'
+                    WHEN k.version <> d.version AND k.content_hash = d.indexed_hash
+                         THEN 're-ingested with the same text; its graph answers while it is extracted again'
+                    WHEN k.version <> d.version THEN 'changed since its graph was built; that graph is hidden until '
+                                                     'the new version is extracted'
+                    ELSE 'extraction in progress' END
+FROM documents d LEFT JOIN kg_progress k ON k.document_id = d.id
+WHERE d.source = 'library' AND d.status = 'ingested'
+  AND (k.document_id IS NULL OR k.version <> d.version OR k.completed_at IS NULL)
+ORDER BY (k.version <> d.version) IS NOT TRUE, d.path
+LIMIT 10
+"""
+
+
 def coverage(conn: psycopg.Connection) -> dict[str, Any]:
     """How much of the library the graph is built from: files whose extraction is
-    complete for their current version, of the ingested library files."""
+    complete for their current version, of the ingested library files. The pending
+    ones are named (at most 10), an edited file first: its previous graph is hidden
+    until it is extracted again, so an answer without it must say so."""
     complete, ingested, passages_done, passages_total = conn.execute(
         "SELECT count(*) FILTER (WHERE k.completed_at IS NOT NULL AND k.version = d.version), count(*), "
         "coalesce(sum(k.passages_done) FILTER (WHERE k.version = d.version), 0)::int, "
@@ -163,9 +187,14 @@ def coverage(conn: psycopg.Connection) -> dict[str, Any]:
         "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
     out = {"files_extracted": complete, "files_ingested": ingested, "files_pending": ingested - complete}
     if ingested - complete:
+        pending = conn.execute(_PENDING_SQL).fetchall()
+        out["pending_files"] = [{"path": p, "why": why} for p, why in pending]
+        named = "; ".join(f"{p} ({why})" for p, why in pending)
+        more = f" and {ingested - complete - len(pending)} more" if ingested - complete > len(pending) else ""
         out["note"] = (f"the graph is built from {complete} of {ingested} ingested files; {ingested - complete} "
                        f"pending (extraction follows each ingest by itself; {passages_done} of {passages_total} "
-                       "passages of started files done): answers cover the files done so far")
+                       "passages of started files done): answers cover the files done so far"
+                       f"; pending: {named}{more}")
     return out
 
 
@@ -198,8 +227,9 @@ def entity(conn: psycopg.Connection, name: str, *, limit: int = 10) -> dict[str,
         return _not_found(conn, res, name)
     e = res["entity"]
     files = [r[0] for r in conn.execute(
-        "SELECT d.path FROM entity_sources s JOIN documents d ON d.id = s.document_id WHERE s.entity_id = %s "
-        "AND d.status <> 'removed' ORDER BY s.mentions DESC, d.path LIMIT 10", (e["id"],)).fetchall()]
+        "SELECT d.path FROM entity_sources s JOIN documents d ON d.id = s.document_id "
+        "JOIN kg_live_documents l ON l.id = d.id WHERE s.entity_id = %s ORDER BY s.mentions DESC, d.path LIMIT 10",
+        (e["id"],)).fetchall()]
     return {"found": True, "matched": res["matched"], **e, "aliases": _aliases(conn, e["id"]), "files": files,
             "relations": _edges(conn, e["id"], None, "both", limit), "coverage": coverage(conn)}
 
@@ -231,7 +261,7 @@ SELECT node, other, relation, dir, files, cnt FROM (
         SELECT r.target_id, r.source_id, r.relation, r.document_id, r.count,
                CASE WHEN r.extractor = 'cooccurrence' THEN 'undirected' ELSE 'in' END
         FROM relations r WHERE r.target_id = ANY(%(ids)s)) n
-  JOIN documents d ON d.id = n.document_id AND d.status <> 'removed'
+  JOIN kg_live_documents l ON l.id = n.document_id
   GROUP BY n.node, n.other, n.relation, n.dir) ranked
 WHERE rank <= %(fanout)s
 """
@@ -328,7 +358,7 @@ def subgraph(conn: psycopg.Connection, name: str, *, depth: int = 1, limit: int 
     edges = conn.execute(
         "SELECT r.source_id, r.target_id, r.relation, CASE WHEN r.extractor = 'cooccurrence' THEN 'undirected' "
         "ELSE 'directed' END, count(DISTINCT r.document_id)::int, sum(r.count)::int FROM relations r "
-        "JOIN documents d ON d.id = r.document_id AND d.status <> 'removed' "
+        "JOIN kg_live_documents l ON l.id = r.document_id "
         "WHERE r.source_id = ANY(%(ids)s) AND r.target_id = ANY(%(ids)s) GROUP BY 1, 2, 3, 4 "
         "ORDER BY 5 DESC, 6 DESC", {"ids": chosen}).fetchall()
     return {"found": True, "center": nodes[center], "depth": depth,
@@ -344,7 +374,7 @@ def top_entities(conn: psycopg.Connection, *, type: str | None = None, limit: in
         raise GraphError(f"type must be one of: {', '.join(ENTITY_TYPES)}")
     rows = conn.execute(
         "SELECT e.id, e.name, e.type, count(s.document_id)::int, sum(s.mentions)::int FROM entities e "
-        "JOIN entity_sources s ON s.entity_id = e.id JOIN documents d ON d.id = s.document_id AND d.status <> 'removed' "
+        "JOIN entity_sources s ON s.entity_id = e.id JOIN kg_live_documents l ON l.id = s.document_id "
         "WHERE (%(type)s::text IS NULL OR e.type = %(type)s) GROUP BY e.id "
         "ORDER BY 4 DESC, 5 DESC, e.name LIMIT %(limit)s", {"type": type, "limit": limit}).fetchall()
     return [{"id": r[0], "name": r[1], "type": r[2], "source_count": r[3], "mentions": r[4]} for r in rows]
@@ -357,21 +387,30 @@ def most_connected(conn: psycopg.Connection, *, limit: int = 20) -> list[dict]:
         "SELECT e.id, e.name, e.type, count(DISTINCT n.other)::int AS degree FROM ("
         "  SELECT r.source_id AS node, r.target_id AS other, r.document_id FROM relations r"
         "  UNION ALL SELECT r.target_id, r.source_id, r.document_id FROM relations r) n "
-        "JOIN documents d ON d.id = n.document_id AND d.status <> 'removed' JOIN entities e ON e.id = n.node "
+        "JOIN kg_live_documents l ON l.id = n.document_id JOIN entities e ON e.id = n.node "
         "GROUP BY e.id ORDER BY degree DESC, e.name LIMIT %s", (limit,)).fetchall()
     return [{"id": r[0], "name": r[1], "type": r[2], "degree": r[3]} for r in rows]
 
 
 def stats(conn: psycopg.Connection) -> dict[str, Any]:
-    entities, relations = conn.execute("SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM relations)"
-                                       ).fetchone()
-    by_type = dict(conn.execute("SELECT type, count(*) FROM entities GROUP BY type ORDER BY 2 DESC").fetchall())
-    by_relation = dict(conn.execute("SELECT relation, count(*) FROM relations GROUP BY relation ORDER BY 2 DESC"
-                                    ).fetchall())
+    """Counts of what the graph answers from (live files' rows only), coverage, and the
+    rows of removed files that `library purge` will delete (hidden already)."""
+    entities, relations = conn.execute(
+        "SELECT (SELECT count(*) FROM kg_live_entities), "
+        "(SELECT count(*) FROM relations r JOIN kg_live_documents l ON l.id = r.document_id)").fetchone()
+    by_type = dict(conn.execute("SELECT type, count(*) FROM kg_live_entities GROUP BY type ORDER BY 2 DESC"
+                                ).fetchall())
+    by_relation = dict(conn.execute("SELECT r.relation, count(*) FROM relations r JOIN kg_live_documents l "
+                                    "ON l.id = r.document_id GROUP BY r.relation ORDER BY 2 DESC").fetchall())
+    removed_files, removed_relations = conn.execute(
+        "SELECT count(*), coalesce(sum((SELECT count(*) FROM relations r WHERE r.document_id = d.id)), 0)::int "
+        "FROM documents d WHERE d.status = 'removed' AND EXISTS (SELECT 1 FROM kg_progress k "
+        "WHERE k.document_id = d.id)").fetchone()
     cov = coverage(conn)
     trees, eligible = conn.execute(
         "SELECT count(b.document_id) FILTER (WHERE b.version = d.version), count(*) FROM documents d "
         "LEFT JOIN raptor_builds b ON b.document_id = d.id WHERE d.source = 'library' AND d.status = 'ingested'"
     ).fetchone()
     return {"entities": entities, "relations": relations, "entity_types": by_type, "relation_types": by_relation,
-            **cov, "summary_trees_current": trees, "summary_trees_pending": eligible - trees}
+            **cov, "summary_trees_current": trees, "summary_trees_pending": eligible - trees,
+            "removed_files_awaiting_purge": {"files": removed_files, "relations": removed_relations}}

@@ -169,11 +169,20 @@ def mark_removed(db: Database, relpaths: list[str]) -> int:
 
 
 def purge_removed(db: Database) -> list[tuple[str, str]]:
-    """Delete removed files' rows for good. Returns (path, partition key) pairs."""
+    """Delete removed files' rows for good. Returns (path, partition key) pairs.
+
+    The cascade from `documents` takes passages, summaries, mentions and relations;
+    entities only those files mentioned are not rows of a file, so the graph's own
+    deletion (kg_forget_documents) runs first, in the same transaction: an entity
+    must not outlive its last source, found with no file behind it."""
     with db.transaction() as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM documents WHERE source = 'library' "
+                                          "AND status = 'removed' FOR UPDATE").fetchall()]
+        if not ids:
+            return []
+        conn.execute("SELECT kg_forget_documents(%s::bigint[])", (ids,))
         return [(r[0], r[1]) for r in conn.execute(
-            "DELETE FROM documents WHERE source = 'library' AND status = 'removed' "
-            "RETURNING path, partition_key").fetchall()]
+            "DELETE FROM documents WHERE id = ANY(%s) RETURNING path, partition_key", (ids,)).fetchall()]
 
 
 def _document(conn: psycopg.Connection, key: str) -> dict | None:
@@ -411,6 +420,13 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
     with db.transaction() as conn:
         conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
         writer.swap(conn, doc["id"], rows, vectors)
+        if doc["indexed_hash"] != doc["content_hash"]:
+            # the summary tree summarises text the file no longer has: kept (superseded,
+            # found only on request) until the tree of this version replaces it, never
+            # served as the file's summaries; search says the tree is pending meanwhile.
+            # The same bytes re-ingested (--force) keep their tree until it is rebuilt.
+            conn.execute("UPDATE passages SET superseded = true WHERE document_id = %s AND summary_level > 0 "
+                         "AND NOT superseded", (doc["id"],))
         if crash_hook is not None:
             crash_hook("inside_swap")
         conn.execute("UPDATE documents SET indexed_hash = content_hash, status = 'ingested', error = NULL, "

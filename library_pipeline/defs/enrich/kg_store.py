@@ -184,17 +184,9 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
 
 
 def forget_document(conn, document_id: int) -> None:
-    """Remove one file's contributions (before re-extraction), keeping other files' intact."""
-    conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
-    touched = [r[0] for r in conn.execute(
-        "DELETE FROM entity_sources WHERE document_id = %s RETURNING entity_id", (document_id,)).fetchall()]
-    conn.execute("DELETE FROM relations WHERE document_id = %s", (document_id,))
-    if touched:
-        # mentions and votes are recounted from what the other files still assert
-        conn.execute("DELETE FROM entities e WHERE e.id = ANY(%s) AND NOT EXISTS "
-                     "(SELECT 1 FROM entity_sources s WHERE s.entity_id = e.id)", (touched,))
-        conn.execute("UPDATE entities e SET mentions = (SELECT coalesce(sum(mentions), 0) FROM entity_sources s "
-                     "WHERE s.entity_id = e.id) WHERE e.id = ANY(%s)", (touched,))
+    """Remove one file's contributions (before re-extraction), keeping other files' intact:
+    schema.sql's kg_forget_documents, the same deletion `library purge` runs."""
+    conn.execute("SELECT kg_forget_documents(ARRAY[%s]::bigint[])", (document_id,))
 
 
 def collect_orphans(db: Database) -> int:
@@ -221,9 +213,10 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
         doc, result = ingested_document(conn, key)
         if doc is None:
             return result
-        version, total = conn.execute(
+        version, total, text_hash = conn.execute(
             "SELECT version, (SELECT count(*) FROM passages WHERE document_id = d.id AND summary_level = 0 "
-            "AND NOT removed AND kind NOT IN ('toc', 'boilerplate')) FROM documents d WHERE id = %s", (doc["id"],)).fetchone()
+            "AND NOT removed AND kind NOT IN ('toc', 'boilerplate')), indexed_hash FROM documents d WHERE id = %s",
+            (doc["id"],)).fetchone()
         progress = conn.execute("SELECT version, extractor, next_ordinal, completed_at FROM kg_progress "
                                 "WHERE document_id = %s", (doc["id"],)).fetchone()
     if restart or progress is None or progress[0] != version or progress[1] != extractor:
@@ -231,11 +224,12 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
             conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
             forget_document(conn, doc["id"])
             conn.execute(
-                "INSERT INTO kg_progress (document_id, version, extractor, next_ordinal, passages_done, passages_total) "
-                "VALUES (%s, %s, %s, 0, 0, %s) ON CONFLICT (document_id) DO UPDATE SET version = EXCLUDED.version, "
-                "extractor = EXCLUDED.extractor, next_ordinal = 0, passages_done = 0, "
-                "passages_total = EXCLUDED.passages_total, started_at = now(), updated_at = now(), completed_at = NULL",
-                (doc["id"], version, extractor, total))
+                "INSERT INTO kg_progress (document_id, version, extractor, next_ordinal, passages_done, passages_total, "
+                "content_hash) VALUES (%s, %s, %s, 0, 0, %s, %s) ON CONFLICT (document_id) DO UPDATE SET "
+                "version = EXCLUDED.version, extractor = EXCLUDED.extractor, next_ordinal = 0, passages_done = 0, "
+                "passages_total = EXCLUDED.passages_total, content_hash = EXCLUDED.content_hash, started_at = now(), "
+                "updated_at = now(), completed_at = NULL",
+                (doc["id"], version, extractor, total, text_hash))
         progress = (version, extractor, 0, None)
     if progress[3] is not None:
         result.status, result.reason = "skipped", "graph is current"

@@ -284,9 +284,15 @@ def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGener
         vectors = writer.prepare(conn, texts, primary_given={sha256(t) for t in texts})
 
     with db.transaction() as conn:
-        now = conn.execute("SELECT version FROM documents WHERE id = %s FOR UPDATE", (doc["id"],)).fetchone()
+        now = conn.execute("SELECT version, status FROM documents WHERE id = %s FOR UPDATE",
+                           (doc["id"],)).fetchone()
         if now is None or now[0] != version:
             result.status, result.reason = "skipped", "passages changed during the build; the next run rebuilds"
+            return result
+        if now[1] == "removed":
+            # marked removed while the tree was built: its summaries must not appear in
+            # search after its passages left it
+            result.status, result.reason = "skipped", "file removed during the build"
             return result
         writer.swap(conn, doc["id"], [], vectors, summaries=True)
         for level in levels:
