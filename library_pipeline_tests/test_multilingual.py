@@ -85,6 +85,27 @@ def test_every_passage_has_both_vectors(library):
     assert recorded == {"model": USEM3_NAME, "done": total, "remaining": 0}
 
 
+def test_a_russian_book_is_chunked_by_the_model_that_reads_it(library, embedder):
+    """The 96-token window counted in MiniLM's English WordPiece cut Pushkin into single lines
+    (median 91 characters against 270-310 for the English books on the example library); a
+    text the primary model does not read is sized by the multilingual model's tokens, so
+    passages of both languages hold about as much text, and none exceeds that model's window."""
+    from statistics import median
+
+    from serving.embedding import chunk_counter
+
+    db, _ = library
+    counter = chunk_counter(embedder, "ru")
+    assert counter.name == USEM3_NAME and chunk_counter(embedder, "en") is embedder
+    with db.connect() as conn:
+        rows = conn.execute("SELECT d.path, p.content FROM passages p JOIN documents d ON d.id = p.document_id "
+                            "WHERE p.summary_level = 0").fetchall()
+    russian = [len(c) for path, c in rows if path == PUSHKIN]
+    english = [len(c) for path, c in rows if path == ALICE]
+    assert median(russian) >= 0.6 * median(english), (median(russian), median(english))
+    assert max(counter.count_tokens(c) for path, c in rows if path == PUSHKIN) <= counter.max_tokens
+
+
 @pytest.mark.parametrize("question,book,needle", QUESTIONS)
 def test_questions_find_the_right_passage_first(library, embedder, question, book, needle):
     db, _ = library

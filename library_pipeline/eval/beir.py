@@ -45,7 +45,7 @@ from library_pipeline.run_plan import partition_key_for
 from library_pipeline.ingest.batching import batched_writer, prefetch
 from library_pipeline.ingest.store import chunk_step, embed_step
 from serving.db import Database
-from serving.embedding import Embedder, sha256
+from serving.embedding import Embedder, chunk_counter, sha256
 from serving.lexemes import refresh_lexeme_df
 from serving.passage_writer import build_vector_indexes
 from serving.settings import get_settings
@@ -160,7 +160,9 @@ def release(db: Database) -> None:
 def chunking_fingerprint(embedder: Embedder) -> dict:
     """What, besides the text, decides the passages: a change re-chunks everything."""
     return {"model": embedder.name, "target_tokens": chunking.DEFAULT_TARGET_TOKENS,
-            "overlap_tokens": chunking.DEFAULT_OVERLAP_TOKENS, "max_tokens": embedder.max_tokens}
+            "overlap_tokens": chunking.DEFAULT_OVERLAP_TOKENS, "max_tokens": embedder.max_tokens,
+            # texts the primary model does not read are sized by the multilingual one
+            "other_languages": getattr(chunk_counter(embedder, "ru"), "name", None)}
 
 
 def doc_hash(doc: dict[str, str]) -> str:

@@ -29,7 +29,7 @@ from library_pipeline.ingest.extract import ExtractionError, Page, extract_file
 from library_pipeline.ingest.files import fs_path
 from library_pipeline.run_plan import partition_key_for
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.embedding import Embedder, chunk_counter, embed_text_for_passage, sha256
 from serving.passage_writer import PassageRow, PassageWriter, ensure_indexes
 
 log = logging.getLogger(__name__)
@@ -187,12 +187,13 @@ def purge_removed(db: Database) -> list[tuple[str, str]]:
 
 def _document(conn: psycopg.Connection, key: str) -> dict | None:
     cur = conn.execute(
-        "SELECT id, path, status, content_hash, indexed_hash, title, ts_config::text "
+        "SELECT id, path, status, content_hash, indexed_hash, title, ts_config::text, language "
         "FROM documents WHERE source = 'library' AND partition_key = %s", (key,))
     row = cur.fetchone()
     if row is None:
         return None
-    return dict(zip(("id", "path", "status", "content_hash", "indexed_hash", "title", "ts_config"), row))
+    return dict(zip(("id", "path", "status", "content_hash", "indexed_hash", "title", "ts_config", "language"),
+                    row))
 
 
 def ingested_document(conn: psycopg.Connection, key: str) -> tuple[dict | None, StepResult]:
@@ -363,9 +364,10 @@ def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
         rows = conn.execute("SELECT page_no, text, ocr, label, heading FROM pages WHERE document_id = %s "
                             "ORDER BY page_no", (doc["id"],)).fetchall()
     pages = [Page(page_no=r[0], text=r[1], ocr=r[2], label=r[3], heading=r[4]) for r in rows]
-    chunks = chunk_pages(pages, count_tokens=embedder.count_tokens,
-                         count_many=getattr(embedder, "count_tokens_many", None),
-                         max_tokens=_prefix_budget(embedder, doc["title"]))
+    counter = chunk_counter(embedder, doc["language"])
+    chunks = chunk_pages(pages, count_tokens=counter.count_tokens,
+                         count_many=getattr(counter, "count_tokens_many", None),
+                         max_tokens=_prefix_budget(counter, doc["title"]))
     with db.transaction() as conn:
         conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc["id"],))
         with conn.cursor() as cur:

@@ -27,7 +27,7 @@ from library_pipeline.ingest.store import (
 from library_pipeline.vault.git import Entry, GitError, GitRepo
 from library_pipeline.vault.parser import NoteError, ParsedNote, parse_note, split_subsections
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.embedding import Embedder, chunk_counter, embed_text_for_passage, sha256
 from serving.passage_writer import PassageRow, PassageWriter, Vectors, ensure_indexes, ts_config_for_language
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,8 @@ def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str,
             warnings.append("not UTF-8: decoded by charset detection")
         note = parse_note(text, doc["path"])
         note.warnings[:0] = warnings
-        chunks = note_chunks(note, writer.primary)
+        language = detect_language(note.body or note.properties_text)
+        chunks = note_chunks(note, chunk_counter(writer.primary, language))
     except (NoteError, ExtractionError, GitError) as exc:
         reason = str(exc)
         log.warning("%s: %s", doc["path"], reason)
@@ -135,7 +136,7 @@ def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str,
         return result
     texts = [embed_text_for_passage(note.title, c.heading, c.content) for c in chunks]
     return _Prepared(result, doc, entry, note, chunks, texts, [sha256(t) for t in texts], text, len(data),
-                     detect_language(note.body or note.properties_text), started)
+                     language, started)
 
 
 def _store(db: Database, p: _Prepared, key: str, commit: str, vectors: Vectors, writer: PassageWriter, *,
