@@ -19,7 +19,7 @@ from library_pipeline.defs.enrich.passage_graph import (
     person_name,
     tidy_person,
 )
-from serving.ontology import relation_type
+from serving.ontology import KIN_WORDS, SOCIAL_WORDS, relation_type
 
 # spaCy labels that are values, not things
 SKIP_LABELS = {"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"}
@@ -32,6 +32,22 @@ KIND_WORDS = {"kind", "type", "sort", "form", "variety", "species", "instance"}
 SPEECH_VERBS = {"say", "reply", "ask", "cry", "exclaim", "shout", "whisper", "remark", "answer", "think",
                 "continue", "add", "repeat", "interrupt", "observe", "growl", "sigh", "scream", "call", "begin",
                 "explain", "murmur", "laugh", "smile", "nod"}
+# verb classes for subject-verb-object between two entities; the lemma alone decides
+# (relation_type maps only third-person forms such as "requires")
+VERB_CLASSES = {"use": "uses", "employ": "uses", "utilize": "uses", "utilise": "uses", "wield": "uses",
+                "require": "depends_on", "need": "depends_on", "implement": "implements"}
+PREP_VERB_CLASSES = {("depend", "on"): "depends_on", ("rely", "on"): "depends_on", ("rely", "upon"): "depends_on",
+                     ("depend", "upon"): "depends_on", ("work", "for"): "associate_of"}
+# verbs that put their subject somewhere: "Holmes lives in Baker Street", "was in France"
+STAY_VERBS = {"live", "reside", "dwell", "stay", "lodge", "be", "settle", "remain"}
+PLACE_LABELS = {"GPE", "LOC", "FAC"}
+# nouns too vague to type anything ("Holmes is a man", "it is a thing"): measured on the
+# Holmes stories, "man", "woman", "fellow" and "one" were the most frequent appositive and
+# copular heads and say nothing a reader would filter on
+VAGUE_NOUNS = {"man", "woman", "thing", "one", "person", "fellow", "creature", "lot", "bit", "deal", "matter",
+               "way", "time", "case", "word", "something", "nothing", "anything", "fact", "part", "kind", "sort",
+               "type", "number", "couple", "pair", "little", "good", "great", "few", "piece", "moment", "day",
+               "place", "name", "sign", "question", "lady", "gentleman", "people", "boy", "girl", "child"}
 _LOCK = threading.Lock()
 _MODELS: dict[str, object] = {}
 
@@ -139,6 +155,32 @@ def _addressed_spans(sent, spans) -> list:
     return found
 
 
+def _role_noun(token) -> str:
+    """The head noun of a description with its compounds, lower case, as a concept name:
+    "a pawnbroker" -> "pawnbroker", "a bank clerk" -> "bank clerk"; adjectives go."""
+    words = [c for c in token.lefts if c.dep_ == "compound" and c.pos_ in ("NOUN", "PROPN")] + [token]
+    return " ".join(w.lemma_.lower() if w is token else w.text.lower() for w in words)
+
+
+def _of_object(token):
+    prep = next((c for c in token.children if c.dep_ == "prep" and c.lower_ == "of"), None)
+    return next((c for c in prep.children if c.dep_ == "pobj"), None) if prep is not None else None
+
+
+def _tie(noun, subject_entity, other_entity, names, evidence) -> Edge | None:
+    """"X, the son of Y" / "X is Y's son" / "Y's son X": X family_of (or associate_of) Y,
+    raw label "son of"."""
+    word = noun.lemma_.lower()
+    relation = "family_of" if word in KIN_WORDS or noun.lower_ in KIN_WORDS else (
+        "associate_of" if word in SOCIAL_WORDS else None)
+    if relation is None or subject_entity is None or other_entity is None or subject_entity is other_entity:
+        return None
+    (xn, xl), (yn, yl) = names[id(subject_entity)], names[id(other_entity)]
+    if xl != "PERSON" or yl != "PERSON" or xn.lower() == yn.lower():
+        return None
+    return Edge(xn, xl, f"{noun.lower_} of", yn, yl, evidence, "pattern", relation)
+
+
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
     nlp = spacy_model()
     out = []
@@ -219,4 +261,108 @@ def _english_patterns(sent, named, evidence: str) -> list[Edge]:
             if x is not None and y is not None and x is not y:
                 (xn, xl), (yn, yl) = names[id(x)], names[id(y)]
                 edges.append(Edge(xn, xl, token.text.lower(), yn, yl, evidence, "dependency"))
+    edges.extend(_typed_patterns(sent, spans, names, evidence))
+    return edges
+
+
+def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
+    """Typed relations from the parse, each between the entities the sentence names (a
+    type_of target is the description's noun, a concept):
+
+    - apposition and copula: "Mr. Jabez Wilson, a pawnbroker" / "X is a pawnbroker" ->
+      type_of; with a kin or social noun and a named other person: "James McCarthy is
+      the son of Charles McCarthy", "Alexander Holder's son Arthur" -> family_of /
+      associate_of (raw "son of");
+    - "X of Y" / "X in Y" / "X at Y" for places and organisations: a person or place
+      with a place -> located_in, with an organisation -> part_of (raw: the preposition);
+      "Y's X" for a place or organisation X of a place or organisation Y -> part_of;
+    - subject-verb-object with a verb class: uses / depends_on / implements, and the
+      verbs that place their subject ("lives in", "was in France") -> located_in.
+    """
+    edges: list[Edge] = []
+
+    def ent(token):
+        return _entity_of(token, spans) if token is not None else None
+
+    def label(span):
+        return names[id(span)][1] if span is not None else None
+
+    def add(x, raw, y, relation, extractor="pattern"):
+        if x is None or y is None or x is y:
+            return
+        (xn, xl), (yn, yl) = names[id(x)], names[id(y)]
+        if xn.lower() != yn.lower():
+            edges.append(Edge(xn, xl, raw, yn, yl, evidence, extractor, relation))
+
+    def described(x, noun, raw):
+        """x type_of noun, or a kin / social tie when the noun names the other person."""
+        if x is None or noun.pos_ != "NOUN":
+            return
+        other = ent(_of_object(noun))
+        if other is None:
+            owner = next((c for c in noun.children if c.dep_ == "poss"), None)
+            other = ent(owner)
+        tie = _tie(noun, x, other, names, evidence)
+        if tie is not None:
+            edges.append(tie)
+            return
+        det = next((c.lower_ for c in noun.children if c.dep_ == "det"), None)
+        word = _role_noun(noun)
+        if det in ("a", "an") and noun.lemma_.lower() not in VAGUE_NOUNS and word.isascii() and len(word) > 2:
+            xn, xl = names[id(x)]
+            edges.append(Edge(xn, xl, raw, word, "concept", evidence, "pattern", "type_of"))
+
+    for token in sent:
+        span = ent(token)
+        is_root = span is not None and token.i == span.root.i
+        # "X, a Y" / "Y's son X" (X the apposition of a kin noun)
+        if token.dep_ == "appos":
+            head_span = ent(token.head)
+            if is_root and token.head.pos_ == "NOUN" and head_span is None:
+                owner = ent(next((c for c in token.head.children if c.dep_ == "poss"), None))
+                tie = _tie(token.head, span, owner, names, evidence)
+                if tie is not None:
+                    edges.append(tie)
+            elif head_span is not None and token.head.i == head_span.root.i and span is None:
+                described(head_span, token, "apposition")
+        # "X is a Y" / "X is the son of Y"
+        if token.dep_ == "attr" and token.head.lemma_ == "be":
+            subject = ent(next((c for c in token.head.children if c.dep_ == "nsubj"), None))
+            if subject is not None and span is None:
+                described(subject, token, "is a")
+        if not is_root:
+            continue
+        kind = label(span)
+        # "X of Y", "X in Y", "X at Y": the preposition hangs on X's head word
+        for prep in (c for c in token.children if c.dep_ == "prep" and c.lower_ in ("of", "in", "at")):
+            y = ent(next((c for c in prep.children if c.dep_ == "pobj"), None))
+            if y is None or y is span:
+                continue
+            ykind = label(y)
+            if ykind in PLACE_LABELS and kind in PLACE_LABELS | {"PERSON", "ORG"}:
+                add(span, prep.lower_, y, "located_in")
+            elif ykind == "ORG" and kind in ("PERSON", "ORG") and prep.lower_ == "of":
+                add(span, prep.lower_, y, "part_of")
+        # "Y's X" for places and organisations
+        owner = ent(next((c for c in token.children if c.dep_ == "poss"), None))
+        if owner is not None and kind in PLACE_LABELS | {"ORG"} and label(owner) in PLACE_LABELS | {"ORG"}:
+            add(span, "'s", owner, "part_of")
+        # subject of a verb class
+        if token.dep_ == "nsubj" and token.head.pos_ in ("VERB", "AUX"):
+            verb = token.head
+            lemma = verb.lemma_.lower()
+            if lemma in VERB_CLASSES:
+                y = ent(next((c for c in verb.children if c.dep_ == "dobj"), None))
+                # relation_type already typed this one in _english_patterns
+                if relation_type(lemma) == "related_to":
+                    add(span, verb.lower_, y, VERB_CLASSES[lemma], "dependency")
+            for prep in (c for c in verb.children if c.dep_ == "prep"):
+                y = ent(next((c for c in prep.children if c.dep_ == "pobj"), None))
+                if y is None:
+                    continue
+                if (lemma, prep.lower_) in PREP_VERB_CLASSES and label(y) in ("PERSON", "ORG") | PLACE_LABELS:
+                    add(span, f"{verb.lower_} {prep.lower_}", y, PREP_VERB_CLASSES[(lemma, prep.lower_)], "dependency")
+                elif lemma in STAY_VERBS and prep.lower_ in ("in", "at") and label(y) in PLACE_LABELS \
+                        and kind in PLACE_LABELS | {"PERSON", "ORG"}:
+                    add(span, f"{verb.lower_} {prep.lower_}", y, "located_in", "dependency")
     return edges
