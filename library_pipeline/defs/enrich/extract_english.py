@@ -46,8 +46,15 @@ PLACE_LABELS = {"GPE", "LOC", "FAC"}
 # copular heads and say nothing a reader would filter on
 VAGUE_NOUNS = {"man", "woman", "thing", "one", "person", "fellow", "creature", "lot", "bit", "deal", "matter",
                "way", "time", "case", "word", "something", "nothing", "anything", "fact", "part", "kind", "sort",
-               "type", "number", "couple", "pair", "little", "good", "great", "few", "piece", "moment", "day",
+               "type", "number", "couple", "pair", "factor", "myth", "money", "experience", "idea", "little", "good", "great", "few", "piece", "moment", "day",
                "place", "name", "sign", "question", "lady", "gentleman", "people", "boy", "girl", "child"}
+# a rank or profession said as a form of address types the person: "Inspector Lestrade"
+# is an inspector, "Colonel Lysander Stark" a colonel (the form itself is stripped from
+# the name, passage_graph.person_name); Mr., Miss, Lord and the like tell no type
+RANKS = {"dr": "doctor", "colonel": "colonel", "captain": "captain", "inspector": "inspector",
+         "sergeant": "sergeant", "major": "major", "professor": "professor",
+         "капитан": "капитан", "генерал": "генерал", "майор": "майор", "поручик": "поручик", "сержант": "сержант",
+         "капрал": "капрал", "урядник": "урядник"}
 _LOCK = threading.Lock()
 _MODELS: dict[str, object] = {}
 
@@ -181,6 +188,16 @@ def _tie(noun, subject_entity, other_entity, names, evidence) -> Edge | None:
     return Edge(xn, xl, f"{noun.lower_} of", yn, yl, evidence, "pattern", relation)
 
 
+def _vocative(span, kind: str) -> bool:
+    """A name said to someone mid-sentence ("You may imagine, Mr. Holmes, that ..."):
+    what follows it describes the speaker's matter, not the name."""
+    doc, start = span.doc, span.start
+    form = _form_before(span)
+    if form:   # "Mr. [Holmes]": the form is part of what was said
+        start -= 2 if form.endswith(".") else 1
+    return start > span.sent.start and doc[start - 1].text in (",", "—", "-") and kind == "PERSON"
+
+
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
     nlp = spacy_model()
     out = []
@@ -190,11 +207,13 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
             spans = [e for e in sent.ents if e.label_ not in SKIP_LABELS]
             spans = sorted(spans + _addressed_spans(sent, spans), key=lambda s: s.start)
             named: list[tuple[object, str, str]] = []
+            ranked: list[Edge] = []
             for span in spans:
                 name, label = clean_name(_without_leading_function_words(span)), span.label_
                 form = _form_before(span) if name else None
                 if form and not HONORIFIC.match(name):
                     name = f"{form} {name}"
+                form_said = HONORIFIC.match(name) if name else None
                 addressed = person_name(name) if name else None
                 if addressed:
                     name, label = addressed, "PERSON"
@@ -207,8 +226,13 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
                 if name and any(c.isupper() for c in name):
                     named.append((span, name, label))
                     graph.mentions[(name, label)] += 1
+                    rank = RANKS.get(form_said.group(0).strip().rstrip(".").lower()) if form_said else None
+                    if rank and label == "PERSON" and not HONORIFIC.match(name):
+                        ranked.append(Edge(name, label, "form of address", rank, "concept", sent.text.strip()[:500],
+                                           "pattern", "type_of"))
             evidence = sent.text.strip()[:500]
             graph.edges.extend(_english_patterns(sent, named, evidence))
+            graph.edges.extend(ranked)
             cooccur(graph, [(n, label) for _, n, label in named], evidence)
         out.append(graph)
     return out
@@ -294,7 +318,7 @@ def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
         if xn.lower() != yn.lower():
             edges.append(Edge(xn, xl, raw, yn, yl, evidence, extractor, relation))
 
-    def described(x, noun, raw):
+    def described(x, noun, raw, article=("a", "an")):
         """x type_of noun, or a kin / social tie when the noun names the other person."""
         if x is None or noun.pos_ != "NOUN":
             return
@@ -308,7 +332,13 @@ def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
             return
         det = next((c.lower_ for c in noun.children if c.dep_ == "det"), None)
         word = _role_noun(noun)
-        if det in ("a", "an") and noun.lemma_.lower() not in VAGUE_NOUNS and word.isascii() and len(word) > 2:
+        if det == "the" and (names[id(x)][1] != "PERSON" or sent.text.rstrip().rstrip("”’\"'").endswith(("!", "?"))):
+            # "Holmes, the money!", "Aldershot, the little red roofs": a definite noun after a
+            # place or in an exclamation is a list or a cry more often than a description
+            return
+        if noun.lemma_.lower() in KIN_WORDS:
+            return   # "the only son of the deceased": kin needs the other person named
+        if det in article and noun.lemma_.lower() not in VAGUE_NOUNS and word.isascii() and len(word) > 2:
             xn, xl = names[id(x)]
             edges.append(Edge(xn, xl, raw, word, "concept", evidence, "pattern", "type_of"))
 
@@ -323,13 +353,20 @@ def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
                 tie = _tie(token.head, span, owner, names, evidence)
                 if tie is not None:
                     edges.append(tie)
-            elif head_span is not None and token.head.i == head_span.root.i and span is None:
-                described(head_span, token, "apposition")
+            elif head_span is not None and token.head.i == head_span.root.i and span is None \
+                    and token.left_edge.i - head_span.end <= 1 and not _vocative(head_span, label(head_span)):
+                # the description right after the name ("John Horner, a plumber"), not a
+                # clause later in the sentence: the parser hung "such an offer" on "Mr.
+                # Holmes" in "You may imagine, Mr. Holmes, that to me ... such an offer"
+                described(head_span, token, "apposition", ("a", "an", "the"))
         # "X is a Y" / "X is the son of Y"
         if token.dep_ == "attr" and token.head.lemma_ == "be":
             subject = ent(next((c for c in token.head.children if c.dep_ == "nsubj"), None))
             if subject is not None and span is None:
                 described(subject, token, "is a")
+        # "a salesman named Breckinridge": Breckinridge type_of salesman
+        if is_root and token.dep_ == "oprd" and token.head.lemma_ in ("name", "call") and token.head.dep_ == "acl":
+            described(span, token.head.head, token.head.lower_, ("a", "an"))
         if not is_root:
             continue
         kind = label(span)
