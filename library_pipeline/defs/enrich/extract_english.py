@@ -55,6 +55,15 @@ RANKS = {"dr": "doctor", "colonel": "colonel", "captain": "captain", "inspector"
          "sergeant": "sergeant", "major": "major", "professor": "professor",
          "капитан": "капитан", "генерал": "генерал", "майор": "майор", "поручик": "поручик", "сержант": "сержант",
          "капрал": "капрал", "урядник": "урядник"}
+# the last word of a place's name, which the small model tags as a person's
+PLACE_HEADS = {"street", "lane", "square", "dock", "docks", "inn", "manor", "road", "bridge", "station", "hall",
+               "lodge", "court", "terrace", "gardens", "row", "abbey", "grange", "cottage", "house", "place", "hotel",
+               "church", "chapel", "wharf", "park", "crescent", "avenue", "villa", "farm"}
+# religious and abstract nouns said with a capital: no person or place ("Satan" was a
+# place, "Providence" a person in held-back novels); they stay entities of type other
+BELIEF_WORDS = {"god", "satan", "lucifer", "devil", "heaven", "hell", "paradise", "providence", "fate", "fortune",
+                "nature", "christ", "jesus", "lord", "almighty", "creator", "destiny", "death", "love", "virtue",
+                "liberty", "justice", "truth", "beelzebub"}
 _LOCK = threading.Lock()
 _MODELS: dict[str, object] = {}
 
@@ -192,10 +201,20 @@ def _vocative(span, kind: str) -> bool:
     """A name said to someone mid-sentence ("You may imagine, Mr. Holmes, that ..."):
     what follows it describes the speaker's matter, not the name."""
     doc, start = span.doc, span.start
-    form = _form_before(span)
-    if form:   # "Mr. [Holmes]": the form is part of what was said
-        start -= 2 if form.endswith(".") else 1
+    if _form_before(span):   # "Mr. [Holmes]": the form is part of what was said
+        start -= 2 if doc[start - 1].text == "." else 1
     return start > span.sent.start and doc[start - 1].text in (",", "—", "-") and kind == "PERSON"
+
+
+def _noise(span, name: str, label: str) -> bool:
+    """One word the tagger called a name only because a sentence starts with it: the
+    tagger's own part of speech says it is no proper noun ("Seek" a person, "Come" and
+    "Pray" in the Holmes stories' dialogue). A name said mid-sentence keeps its capital
+    as its evidence; a sentence-initial one needs the tagger to agree it is a name."""
+    if len(span) != 1 or label not in ("PERSON", "GPE", "LOC", "ORG", "FAC", "NORP"):
+        return False
+    token = span[0]
+    return token.i == token.sent.start and token.pos_ != "PROPN" and " " not in name
 
 
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
@@ -223,6 +242,12 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
                     name = tidy_person(name)
                 if name and name.lower() in NOT_NAMES:
                     continue
+                if name and _noise(span, name, label):
+                    continue
+                if name and label == "PERSON" and name.split()[-1].lower() in PLACE_HEADS:
+                    label = "FAC"   # "Stoke Moran Manor", "Upper Swandam Lane", "Albert Dock"
+                elif name and name.lower() in BELIEF_WORDS:
+                    label = "other"
                 if name and any(c.isupper() for c in name):
                     named.append((span, name, label))
                     graph.mentions[(name, label)] += 1
@@ -380,6 +405,13 @@ def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
                 add(span, prep.lower_, y, "located_in")
             elif ykind == "ORG" and kind in ("PERSON", "ORG") and prep.lower_ == "of":
                 add(span, prep.lower_, y, "part_of")
+        # "Ross, in Herefordshire" is handled above; "Jakarta, Indonesia": a place in apposition
+        # to a place names where the first lies
+        if kind in PLACE_LABELS and token.dep_ in ("appos", "npadvmod") and token.head.i != token.i:
+            head_span = ent(token.head)
+            if head_span is not None and token.head.i == head_span.root.i and label(head_span) in PLACE_LABELS \
+                    and token.i > head_span.end - 1 and token.i - head_span.end <= 1:
+                add(head_span, ",", span, "located_in")
         # "Y's X" for places and organisations
         owner = ent(next((c for c in token.children if c.dep_ == "poss"), None))
         if owner is not None and kind in PLACE_LABELS | {"ORG"} and label(owner) in PLACE_LABELS | {"ORG"}:
@@ -399,7 +431,9 @@ def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
                     continue
                 if (lemma, prep.lower_) in PREP_VERB_CLASSES and label(y) in ("PERSON", "ORG") | PLACE_LABELS:
                     add(span, f"{verb.lower_} {prep.lower_}", y, PREP_VERB_CLASSES[(lemma, prep.lower_)], "dependency")
-                elif lemma in STAY_VERBS and prep.lower_ in ("in", "at") and label(y) in PLACE_LABELS \
-                        and kind in PLACE_LABELS | {"PERSON", "ORG"}:
+                elif prep.lower_ in ("in", "at") and label(y) in PLACE_LABELS and kind in PLACE_LABELS | {"PERSON", "ORG"} \
+                        and (lemma in STAY_VERBS or (kind == "PERSON" and prep.lower_ == "in")):
+                    # a person doing anything in a place was there: "Holmes sat in his chair in
+                    # Baker Street" (the subject, not the object, is placed)
                     add(span, f"{verb.lower_} {prep.lower_}", y, "located_in", "dependency")
     return edges
