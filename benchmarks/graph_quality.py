@@ -252,7 +252,8 @@ def offline(args) -> None:
                 a, b = (merges.get(x, x) for x in (normalise_py(e.source), normalise_py(e.target)))
                 if len(a) < 2 or len(b) < 2 or a == b or a in ambiguous or b in ambiguous:
                     continue
-                canonical = e.relation if e.relation in RELATION_TYPES else relation_type(e.relation_raw)
+                given = getattr(e, "relation", None)   # (the code before typed relations had none)
+                canonical = given if given in RELATION_TYPES else relation_type(e.relation_raw)
                 if e.extractor == "cooccurrence":
                     a, b = min(a, b), max(a, b)
                 rows.setdefault((a, b, canonical, e.relation_raw), e.evidence)

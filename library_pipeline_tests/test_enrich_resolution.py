@@ -164,7 +164,9 @@ def test_plan_of_merges_rules():
     assert ambiguous["mccarthy"] == ["james mccarthy", "charles mccarthy"]
     assert set(ambiguous["гринев"]) == {"петр андреевич гринев", "андрей петрович гринев"}
     assert "mrs rucastle" not in merges and merges["miss rucastle"] == "alice rucastle"
-    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy", "пугачев", "емельян пугачев"):
+    # «Емелька» is a diminutive of «Емельян»: one full name, so no rivals, and it claims «Пугачёв»
+    assert merges["емелька пугачев"] == "емельян пугачев" and merges["пугачев"] == "емельян пугачев"
+    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy", "емельян пугачев"):
         assert kept not in merges and kept not in ambiguous
 
 
@@ -180,6 +182,13 @@ def test_a_full_name_said_once_claims_its_short_forms_unless_a_family_shares_the
     # a wife's and a daughter's form are two women; "Mr." and "Miss Holder": a family's name
     assert "mrs turner" not in merges and "miss turner" not in merges
     assert "holder" not in merges and "mr holder" not in merges and not ambiguous
+
+
+def test_russian_diminutives_join_the_full_first_name():
+    merges, ambiguous = plan_file_merges({"марья ивановна": 157, "маша": 37, "марья миронова": 2,
+                                          "петруша": 11, "петр андреевич гринев": 3})
+    assert merges["маша"] == "марья ивановна" and merges["петруша"] == "петр андреевич гринев"
+    assert not ambiguous
 
 
 def test_plan_of_merges_never_joins_a_woman_and_a_man():

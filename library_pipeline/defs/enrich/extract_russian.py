@@ -36,6 +36,24 @@ def natasha_models():
 _NAME_TAGS = ("Name", "Surn", "Patr", "Geox", "Orgn", "Trad")
 
 
+_NOT_NAME_POS = {"ADJF", "ADJS", "ADVB", "CONJ", "PRCL", "PREP", "INTJ", "NPRO", "PRED", "NOUN", "VERB", "INFN"}
+
+
+def without_lead_words(name: str, morph) -> str:
+    """A person span without the common words natasha took in at a sentence start:
+    «Бедная Марья Ивановна», «Тут Василиса Егоровна», «Прачка Палашка» (each had
+    become a person of its own, and «Бедная Марья Ивановна» then absorbed «Марья
+    Ивановна», 157 mentions). A word goes when no parse of it is a first name, surname
+    or patronymic and its likeliest parse is an adjective, adverb, particle, common noun..."""
+    words = name.split()
+    while len(words) > 1 and re.fullmatch(r"[А-ЯЁа-яё]+", words[0]):
+        parses = morph.parse(words[0])
+        if any(t in p.tag for p in parses for t in ("Name", "Surn", "Patr")) or parses[0].tag.POS not in _NOT_NAME_POS:
+            break
+        words = words[1:]
+    return " ".join(words)
+
+
 def lemmatise_russian(name: str, morph) -> str:
     """Each word to the nominative, keeping gender and number: «Белогорской
     крепости» -> «Белогорская крепость», «Гринёвым» -> «Гринёв»."""
@@ -89,6 +107,7 @@ def russian_graphs(texts: list[str]) -> list[PassageGraph]:
                         name, label = addressed, "PER"
                     if name and label == "PER":
                         name = tidy_person(name)
+                        name = without_lead_words(name, morph) if name else None
                     if name:
                         name = lemmatise_russian(name, morph)
                         if name.lower() in NOT_NAMES:
