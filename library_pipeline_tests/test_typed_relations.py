@@ -119,3 +119,23 @@ def test_noise_places_and_beliefs():
 
 def graph_mentions(graph):
     return set(graph.mentions)
+
+
+def test_russian_rank_before_a_name_gives_type_of():
+    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+
+    sentence = ("Я старался вообразить себе капитана Миронова, моего будущего начальника, и представлял его строгим, "
+                "сердитым стариком.")
+    graph = russian_graphs([sentence])[0]
+    assert {(e.source, e.relation, e.target) for e in graph.edges if e.extractor == "pattern"} == {
+        ("Миронов", "type_of", "капитан")}
+
+
+def test_russian_lead_words_are_not_part_of_a_name():
+    from library_pipeline.defs.enrich.extract_russian import natasha_models, without_lead_words
+
+    morph = natasha_models()[2]
+    assert without_lead_words("Бедная Марья Ивановна", morph) == "Марья Ивановна"
+    assert without_lead_words("Тут Василиса Егоровна", morph) == "Василиса Егоровна"
+    assert without_lead_words("Марья Ивановна", morph) == "Марья Ивановна"
+    assert without_lead_words("Алексей Иваныч", morph) == "Алексей Иваныч"

@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 import threading
 
+from library_pipeline.defs.enrich.extract_english import RANKS
 from library_pipeline.defs.enrich.passage_graph import (
+    HONORIFIC,
     NOT_NAMES,
+    Edge,
     PassageGraph,
     clean_name,
     cooccur,
@@ -102,6 +105,7 @@ def russian_graphs(texts: list[str]) -> list[PassageGraph]:
             for span in doc.spans:
                 if span.start >= sent.start and span.stop <= sent.stop:
                     name, label = clean_name(span.text), span.type
+                    form_said = HONORIFIC.match(name) if name else None
                     addressed = person_name(name) if name else None
                     if addressed:
                         name, label = addressed, "PER"
@@ -114,6 +118,14 @@ def russian_graphs(texts: list[str]) -> list[PassageGraph]:
                             continue
                         named.append((name, label))
                         graph.mentions[(name, label)] += 1
+                        rank = RANKS.get(form_said.group(0).strip().rstrip(".").lower()) if form_said else None
+                        before = re.search(r"([А-Яа-яЁё]+)\s+$", text[max(0, span.start - 30):span.start])
+                        if rank is None and before:   # natasha leaves the rank out of the span
+                            rank = RANKS.get(morph.parse(before.group(1).lower())[0].normal_form)
+                        if rank and label == "PER" and not HONORIFIC.match(name):
+                            # «капитан Миронов»: a rank said as a form of address types the person
+                            graph.edges.append(Edge(name, label, "form of address", rank, "concept",
+                                                    sent.text.strip()[:500], "pattern", "type_of"))
             cooccur(graph, named, sent.text.strip()[:500])
         out.append(graph)
     return out
