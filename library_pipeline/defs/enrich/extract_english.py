@@ -41,13 +41,13 @@ PREP_VERB_CLASSES = {("depend", "on"): "depends_on", ("rely", "on"): "depends_on
 # verbs that put their subject somewhere: "Holmes lives in Baker Street", "was in France"
 STAY_VERBS = {"live", "reside", "dwell", "stay", "lodge", "be", "settle", "remain"}
 PLACE_LABELS = {"GPE", "LOC", "FAC"}
-# nouns too vague to type anything ("Holmes is a man", "it is a thing"): measured on the
-# Holmes stories, "man", "woman", "fellow" and "one" were the most frequent appositive and
-# copular heads and say nothing a reader would filter on
+# nouns too vague to type anything: "Holmes is a man", "a disappointment", "such an offer"
+# (the wrong or empty type_of rows of a first run over the Holmes stories)
 VAGUE_NOUNS = {"man", "woman", "thing", "one", "person", "fellow", "creature", "lot", "bit", "deal", "matter",
                "way", "time", "case", "word", "something", "nothing", "anything", "fact", "part", "kind", "sort",
-               "type", "number", "couple", "pair", "factor", "myth", "money", "experience", "idea", "little", "good", "great", "few", "piece", "moment", "day",
-               "place", "name", "sign", "question", "lady", "gentleman", "people", "boy", "girl", "child"}
+               "type", "number", "couple", "pair", "factor", "myth", "money", "experience", "idea", "little", "good",
+               "great", "few", "piece", "moment", "day", "place", "name", "sign", "question", "lady", "gentleman",
+               "people", "boy", "girl", "child"}
 # a rank or profession said as a form of address types the person: "Inspector Lestrade"
 # is an inspector, "Colonel Lysander Stark" a colonel (the form itself is stripped from
 # the name, passage_graph.person_name); Mr., Miss, Lord and the like tell no type
@@ -429,9 +429,10 @@ def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
                 y = ent(next((c for c in prep.children if c.dep_ == "pobj"), None))
                 if y is None:
                     continue
-                if (lemma, prep.lower_) in PREP_VERB_CLASSES and label(y) in ("PERSON", "ORG") | PLACE_LABELS:
+                if (lemma, prep.lower_) in PREP_VERB_CLASSES and label(y) in {"PERSON", "ORG"} | PLACE_LABELS:
                     add(span, f"{verb.lower_} {prep.lower_}", y, PREP_VERB_CLASSES[(lemma, prep.lower_)], "dependency")
-                elif prep.lower_ in ("in", "at") and label(y) in PLACE_LABELS and kind in PLACE_LABELS | {"PERSON", "ORG"} \
+                elif prep.lower_ in ("in", "at") and label(y) in PLACE_LABELS \
+                        and kind in PLACE_LABELS | {"PERSON", "ORG"} \
                         and (lemma in STAY_VERBS or (kind == "PERSON" and prep.lower_ == "in")):
                     # a person doing anything in a place was there: "Holmes sat in his chair in
                     # Baker Street" (the subject, not the object, is placed)
