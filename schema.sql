@@ -618,6 +618,8 @@ INSERT INTO kg_relation_types (name, description) VALUES
     ('mitigates', 'source prevents / defends against target'),
     ('located_in', 'source is located in target'),
     ('describes', 'source describes / is about target'),
+    ('family_of', 'source is a relative or spouse of target (relation_raw says which: "father of")'),
+    ('associate_of', 'source is a friend, servant, employer, client, colleague of target (raw says which)'),
     ('related_to', 'anything else, and same-sentence co-occurrence (count = sentences)')
 ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description;
 

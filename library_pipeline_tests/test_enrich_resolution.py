@@ -150,7 +150,8 @@ def test_plan_of_merges_rules():
     merges, ambiguous = plan_file_merges({
         "holmes": 436, "sherlock holmes": 20,
         "mccarthy": 30, "james mccarthy": 6, "charles mccarthy": 1,
-        "rucastle": 30, "alice rucastle": 1,            # said once: takes no name said 30 times
+        "rucastle": 30, "alice rucastle": 1,            # said once: takes no family's name said 30 times
+        "mr rucastle": 18, "mrs rucastle": 15, "miss rucastle": 1,   # (a family: a man's, a wife's form)
         "петр андреич": 53, "петр андреевич гринев": 3,  # colloquial patronymic
         "андрей петрович гринев": 2, "гринев": 19,     # father and son share the surname
         "швабрин": 64, "швабрина": 32, "а и швабрин": 1,  # oblique case; initials
@@ -162,8 +163,32 @@ def test_plan_of_merges_rules():
     assert merges["швабрина"] == "швабрин" and merges["а и швабрин"] == "швабрин"
     assert ambiguous["mccarthy"] == ["james mccarthy", "charles mccarthy"]
     assert set(ambiguous["гринев"]) == {"петр андреевич гринев", "андрей петрович гринев"}
-    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy", "пугачев", "емельян пугачев"):
+    assert "mrs rucastle" not in merges and merges["miss rucastle"] == "alice rucastle"
+    # «Емелька» is a diminutive of «Емельян»: one full name, so no rivals, and it claims «Пугачёв»
+    assert merges["емелька пугачев"] == "емельян пугачев" and merges["пугачев"] == "емельян пугачев"
+    for kept in ("rucastle", "alice", "sherlock holmes", "james mccarthy", "емельян пугачев"):
         assert kept not in merges and kept not in ambiguous
+
+
+def test_a_full_name_said_once_claims_its_short_forms_unless_a_family_shares_them():
+    """One entity per person: a held-back novel's protagonist was "Victor" (27) and
+    "Frankenstein" (27) beside one "Victor Frankenstein"."""
+    merges, ambiguous = plan_file_merges({"victor": 27, "frankenstein": 27, "victor frankenstein": 1,
+                                          "mr frankenstein": 3, "hunter": 6, "miss hunter": 17, "violet hunter": 1,
+                                          "mrs turner": 1, "miss turner": 5, "holder": 7, "mr holder": 12,
+                                          "miss holder": 1, "alexander holder": 1})
+    assert merges["victor"] == merges["frankenstein"] == merges["mr frankenstein"] == "victor frankenstein"
+    assert merges["miss hunter"] == "violet hunter"
+    # a wife's and a daughter's form are two women; "Mr." and "Miss Holder": a family's name
+    assert "mrs turner" not in merges and "miss turner" not in merges
+    assert "holder" not in merges and "mr holder" not in merges and not ambiguous
+
+
+def test_russian_diminutives_join_the_full_first_name():
+    merges, ambiguous = plan_file_merges({"марья ивановна": 157, "маша": 37, "марья миронова": 2,
+                                          "петруша": 11, "петр андреевич гринев": 3})
+    assert merges["маша"] == "марья ивановна" and merges["петруша"] == "петр андреевич гринев"
+    assert not ambiguous
 
 
 def test_plan_of_merges_never_joins_a_woman_and_a_man():

@@ -19,7 +19,7 @@ from library_pipeline.defs.enrich.passage_graph import (
     person_name,
     tidy_person,
 )
-from serving.ontology import relation_type
+from serving.ontology import KIN_WORDS, SOCIAL_WORDS, relation_type
 
 # spaCy labels that are values, not things
 SKIP_LABELS = {"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"}
@@ -32,6 +32,38 @@ KIND_WORDS = {"kind", "type", "sort", "form", "variety", "species", "instance"}
 SPEECH_VERBS = {"say", "reply", "ask", "cry", "exclaim", "shout", "whisper", "remark", "answer", "think",
                 "continue", "add", "repeat", "interrupt", "observe", "growl", "sigh", "scream", "call", "begin",
                 "explain", "murmur", "laugh", "smile", "nod"}
+# verb classes for subject-verb-object between two entities; the lemma alone decides
+# (relation_type maps only third-person forms such as "requires")
+VERB_CLASSES = {"use": "uses", "employ": "uses", "utilize": "uses", "utilise": "uses", "wield": "uses",
+                "require": "depends_on", "need": "depends_on", "implement": "implements"}
+PREP_VERB_CLASSES = {("depend", "on"): "depends_on", ("rely", "on"): "depends_on", ("rely", "upon"): "depends_on",
+                     ("depend", "upon"): "depends_on", ("work", "for"): "associate_of"}
+# verbs that put their subject somewhere: "Holmes lives in Baker Street", "was in France"
+STAY_VERBS = {"live", "reside", "dwell", "stay", "lodge", "be", "settle", "remain"}
+PLACE_LABELS = {"GPE", "LOC", "FAC"}
+# nouns too vague to type anything: "Holmes is a man", "a disappointment", "such an offer"
+# (the wrong or empty type_of rows of a first run over the Holmes stories)
+VAGUE_NOUNS = {"man", "woman", "thing", "one", "person", "fellow", "creature", "lot", "bit", "deal", "matter",
+               "way", "time", "case", "word", "something", "nothing", "anything", "fact", "part", "kind", "sort",
+               "type", "number", "couple", "pair", "factor", "myth", "money", "experience", "idea", "little", "good",
+               "great", "few", "piece", "moment", "day", "place", "name", "sign", "question", "lady", "gentleman",
+               "people", "boy", "girl", "child"}
+# a rank or profession said as a form of address types the person: "Inspector Lestrade"
+# is an inspector, "Colonel Lysander Stark" a colonel (the form itself is stripped from
+# the name, passage_graph.person_name); Mr., Miss, Lord and the like tell no type
+RANKS = {"dr": "doctor", "colonel": "colonel", "captain": "captain", "inspector": "inspector",
+         "sergeant": "sergeant", "major": "major", "professor": "professor",
+         "капитан": "капитан", "генерал": "генерал", "майор": "майор", "поручик": "поручик", "сержант": "сержант",
+         "капрал": "капрал", "урядник": "урядник"}
+# the last word of a place's name, which the small model tags as a person's
+PLACE_HEADS = {"street", "lane", "square", "dock", "docks", "inn", "manor", "road", "bridge", "station", "hall",
+               "lodge", "court", "terrace", "gardens", "row", "abbey", "grange", "cottage", "house", "place", "hotel",
+               "church", "chapel", "wharf", "park", "crescent", "avenue", "villa", "farm"}
+# religious and abstract nouns said with a capital: no person or place ("Satan" was a
+# place, "Providence" a person in held-back novels); they stay entities of type other
+BELIEF_WORDS = {"god", "satan", "lucifer", "devil", "heaven", "hell", "paradise", "providence", "fate", "fortune",
+                "nature", "christ", "jesus", "lord", "almighty", "creator", "destiny", "death", "love", "virtue",
+                "liberty", "justice", "truth", "beelzebub"}
 _LOCK = threading.Lock()
 _MODELS: dict[str, object] = {}
 
@@ -139,6 +171,52 @@ def _addressed_spans(sent, spans) -> list:
     return found
 
 
+def _role_noun(token) -> str:
+    """The head noun of a description with its compounds, lower case, as a concept name:
+    "a pawnbroker" -> "pawnbroker", "a bank clerk" -> "bank clerk"; adjectives go."""
+    words = [c for c in token.lefts if c.dep_ == "compound" and c.pos_ in ("NOUN", "PROPN")] + [token]
+    return " ".join(w.lemma_.lower() if w is token else w.text.lower() for w in words)
+
+
+def _of_object(token):
+    prep = next((c for c in token.children if c.dep_ == "prep" and c.lower_ == "of"), None)
+    return next((c for c in prep.children if c.dep_ == "pobj"), None) if prep is not None else None
+
+
+def _tie(noun, subject_entity, other_entity, names, evidence) -> Edge | None:
+    """"X, the son of Y" / "X is Y's son" / "Y's son X": X family_of (or associate_of) Y,
+    raw label "son of"."""
+    word = noun.lemma_.lower()
+    relation = "family_of" if word in KIN_WORDS or noun.lower_ in KIN_WORDS else (
+        "associate_of" if word in SOCIAL_WORDS else None)
+    if relation is None or subject_entity is None or other_entity is None or subject_entity is other_entity:
+        return None
+    (xn, xl), (yn, yl) = names[id(subject_entity)], names[id(other_entity)]
+    if xl != "PERSON" or yl != "PERSON" or xn.lower() == yn.lower():
+        return None
+    return Edge(xn, xl, f"{noun.lower_} of", yn, yl, evidence, "pattern", relation)
+
+
+def _vocative(span, kind: str) -> bool:
+    """A name said to someone mid-sentence ("You may imagine, Mr. Holmes, that ..."):
+    what follows it describes the speaker's matter, not the name."""
+    doc, start = span.doc, span.start
+    if _form_before(span):   # "Mr. [Holmes]": the form is part of what was said
+        start -= 2 if doc[start - 1].text == "." else 1
+    return start > span.sent.start and doc[start - 1].text in (",", "—", "-") and kind == "PERSON"
+
+
+def _noise(span, name: str, label: str) -> bool:
+    """One word the tagger called a name only because a sentence starts with it: the
+    tagger's own part of speech says it is no proper noun ("Seek" a person, "Come" and
+    "Pray" in the Holmes stories' dialogue). A name said mid-sentence keeps its capital
+    as its evidence; a sentence-initial one needs the tagger to agree it is a name."""
+    if len(span) != 1 or label not in ("PERSON", "GPE", "LOC", "ORG", "FAC", "NORP"):
+        return False
+    token = span[0]
+    return token.i == token.sent.start and token.pos_ != "PROPN" and " " not in name
+
+
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
     nlp = spacy_model()
     out = []
@@ -148,11 +226,13 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
             spans = [e for e in sent.ents if e.label_ not in SKIP_LABELS]
             spans = sorted(spans + _addressed_spans(sent, spans), key=lambda s: s.start)
             named: list[tuple[object, str, str]] = []
+            ranked: list[Edge] = []
             for span in spans:
                 name, label = clean_name(_without_leading_function_words(span)), span.label_
                 form = _form_before(span) if name else None
                 if form and not HONORIFIC.match(name):
                     name = f"{form} {name}"
+                form_said = HONORIFIC.match(name) if name else None
                 addressed = person_name(name) if name else None
                 if addressed:
                     name, label = addressed, "PERSON"
@@ -162,11 +242,22 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
                     name = tidy_person(name)
                 if name and name.lower() in NOT_NAMES:
                     continue
+                if name and _noise(span, name, label):
+                    continue
+                if name and label == "PERSON" and name.split()[-1].lower() in PLACE_HEADS:
+                    label = "FAC"   # "Stoke Moran Manor", "Upper Swandam Lane", "Albert Dock"
+                elif name and name.lower() in BELIEF_WORDS:
+                    label = "other"
                 if name and any(c.isupper() for c in name):
                     named.append((span, name, label))
                     graph.mentions[(name, label)] += 1
+                    rank = RANKS.get(form_said.group(0).strip().rstrip(".").lower()) if form_said else None
+                    if rank and label == "PERSON" and not HONORIFIC.match(name):
+                        ranked.append(Edge(name, label, "form of address", rank, "concept", sent.text.strip()[:500],
+                                           "pattern", "type_of"))
             evidence = sent.text.strip()[:500]
             graph.edges.extend(_english_patterns(sent, named, evidence))
+            graph.edges.extend(ranked)
             cooccur(graph, [(n, label) for _, n, label in named], evidence)
         out.append(graph)
     return out
@@ -219,4 +310,131 @@ def _english_patterns(sent, named, evidence: str) -> list[Edge]:
             if x is not None and y is not None and x is not y:
                 (xn, xl), (yn, yl) = names[id(x)], names[id(y)]
                 edges.append(Edge(xn, xl, token.text.lower(), yn, yl, evidence, "dependency"))
+    edges.extend(_typed_patterns(sent, spans, names, evidence))
+    return edges
+
+
+def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
+    """Typed relations from the parse, each between the entities the sentence names (a
+    type_of target is the description's noun, a concept):
+
+    - apposition and copula: "Mr. Jabez Wilson, a pawnbroker" / "X is a pawnbroker" ->
+      type_of; with a kin or social noun and a named other person: "James McCarthy is
+      the son of Charles McCarthy", "Alexander Holder's son Arthur" -> family_of /
+      associate_of (raw "son of");
+    - "X of Y" / "X in Y" / "X at Y" for places and organisations: a person or place
+      with a place -> located_in, with an organisation -> part_of (raw: the preposition);
+      "Y's X" for a place or organisation X of a place or organisation Y -> part_of;
+    - subject-verb-object with a verb class: uses / depends_on / implements, and the
+      verbs that place their subject ("lives in", "was in France") -> located_in.
+    """
+    edges: list[Edge] = []
+
+    def ent(token):
+        return _entity_of(token, spans) if token is not None else None
+
+    def label(span):
+        return names[id(span)][1] if span is not None else None
+
+    def add(x, raw, y, relation, extractor="pattern"):
+        if x is None or y is None or x is y:
+            return
+        (xn, xl), (yn, yl) = names[id(x)], names[id(y)]
+        if xn.lower() != yn.lower():
+            edges.append(Edge(xn, xl, raw, yn, yl, evidence, extractor, relation))
+
+    def described(x, noun, raw, article=("a", "an")):
+        """x type_of noun, or a kin / social tie when the noun names the other person."""
+        if x is None or noun.pos_ != "NOUN":
+            return
+        other = ent(_of_object(noun))
+        if other is None:
+            owner = next((c for c in noun.children if c.dep_ == "poss"), None)
+            other = ent(owner)
+        tie = _tie(noun, x, other, names, evidence)
+        if tie is not None:
+            edges.append(tie)
+            return
+        det = next((c.lower_ for c in noun.children if c.dep_ == "det"), None)
+        word = _role_noun(noun)
+        if det == "the" and (names[id(x)][1] != "PERSON" or sent.text.rstrip().rstrip("”’\"'").endswith(("!", "?"))):
+            # "Holmes, the money!", "Aldershot, the little red roofs": a definite noun after a
+            # place or in an exclamation is a list or a cry more often than a description
+            return
+        if noun.lemma_.lower() in KIN_WORDS:
+            return   # "the only son of the deceased": kin needs the other person named
+        if det in article and noun.lemma_.lower() not in VAGUE_NOUNS and word.isascii() and len(word) > 2:
+            xn, xl = names[id(x)]
+            edges.append(Edge(xn, xl, raw, word, "concept", evidence, "pattern", "type_of"))
+
+    for token in sent:
+        span = ent(token)
+        is_root = span is not None and token.i == span.root.i
+        # "X, a Y" / "Y's son X" (X the apposition of a kin noun)
+        if token.dep_ == "appos":
+            head_span = ent(token.head)
+            if is_root and token.head.pos_ == "NOUN" and head_span is None:
+                owner = ent(next((c for c in token.head.children if c.dep_ == "poss"), None))
+                tie = _tie(token.head, span, owner, names, evidence)
+                if tie is not None:
+                    edges.append(tie)
+            elif head_span is not None and token.head.i == head_span.root.i and span is None \
+                    and token.left_edge.i - head_span.end <= 1 and not _vocative(head_span, label(head_span)):
+                # the description right after the name ("John Horner, a plumber"), not a
+                # clause later in the sentence: the parser hung "such an offer" on "Mr.
+                # Holmes" in "You may imagine, Mr. Holmes, that to me ... such an offer"
+                described(head_span, token, "apposition", ("a", "an", "the"))
+        # "X is a Y" / "X is the son of Y"
+        if token.dep_ == "attr" and token.head.lemma_ == "be":
+            subject = ent(next((c for c in token.head.children if c.dep_ == "nsubj"), None))
+            if subject is not None and span is None:
+                described(subject, token, "is a")
+        # "a salesman named Breckinridge": Breckinridge type_of salesman
+        if is_root and token.dep_ == "oprd" and token.head.lemma_ in ("name", "call") and token.head.dep_ == "acl":
+            described(span, token.head.head, token.head.lower_, ("a", "an"))
+        if not is_root:
+            continue
+        kind = label(span)
+        # "X of Y", "X in Y", "X at Y": the preposition hangs on X's head word
+        for prep in (c for c in token.children if c.dep_ == "prep" and c.lower_ in ("of", "in", "at")):
+            y = ent(next((c for c in prep.children if c.dep_ == "pobj"), None))
+            if y is None or y is span:
+                continue
+            ykind = label(y)
+            if ykind in PLACE_LABELS and kind in PLACE_LABELS | {"PERSON", "ORG"}:
+                add(span, prep.lower_, y, "located_in")
+            elif ykind == "ORG" and kind in ("PERSON", "ORG") and prep.lower_ == "of":
+                add(span, prep.lower_, y, "part_of")
+        # "Ross, in Herefordshire" is handled above; "Jakarta, Indonesia": a place in apposition
+        # to a place names where the first lies
+        if kind in PLACE_LABELS and token.dep_ in ("appos", "npadvmod") and token.head.i != token.i:
+            head_span = ent(token.head)
+            if head_span is not None and token.head.i == head_span.root.i and label(head_span) in PLACE_LABELS \
+                    and token.i > head_span.end - 1 and token.i - head_span.end <= 1:
+                add(head_span, ",", span, "located_in")
+        # "Y's X" for places and organisations
+        owner = ent(next((c for c in token.children if c.dep_ == "poss"), None))
+        if owner is not None and kind in PLACE_LABELS | {"ORG"} and label(owner) in PLACE_LABELS | {"ORG"}:
+            add(span, "'s", owner, "part_of")
+        # subject of a verb class
+        if token.dep_ == "nsubj" and token.head.pos_ in ("VERB", "AUX"):
+            verb = token.head
+            lemma = verb.lemma_.lower()
+            if lemma in VERB_CLASSES:
+                y = ent(next((c for c in verb.children if c.dep_ == "dobj"), None))
+                # relation_type already typed this one in _english_patterns
+                if relation_type(lemma) == "related_to":
+                    add(span, verb.lower_, y, VERB_CLASSES[lemma], "dependency")
+            for prep in (c for c in verb.children if c.dep_ == "prep"):
+                y = ent(next((c for c in prep.children if c.dep_ == "pobj"), None))
+                if y is None:
+                    continue
+                if (lemma, prep.lower_) in PREP_VERB_CLASSES and label(y) in {"PERSON", "ORG"} | PLACE_LABELS:
+                    add(span, f"{verb.lower_} {prep.lower_}", y, PREP_VERB_CLASSES[(lemma, prep.lower_)], "dependency")
+                elif prep.lower_ in ("in", "at") and label(y) in PLACE_LABELS \
+                        and kind in PLACE_LABELS | {"PERSON", "ORG"} \
+                        and (lemma in STAY_VERBS or (kind == "PERSON" and prep.lower_ == "in")):
+                    # a person doing anything in a place was there: "Holmes sat in his chair in
+                    # Baker Street" (the subject, not the object, is placed)
+                    add(span, f"{verb.lower_} {prep.lower_}", y, "located_in", "dependency")
     return edges

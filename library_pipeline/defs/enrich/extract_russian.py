@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 import threading
 
+from library_pipeline.defs.enrich.extract_english import RANKS
 from library_pipeline.defs.enrich.passage_graph import (
+    HONORIFIC,
     NOT_NAMES,
+    Edge,
     PassageGraph,
     clean_name,
     cooccur,
@@ -34,6 +37,24 @@ def natasha_models():
 
 
 _NAME_TAGS = ("Name", "Surn", "Patr", "Geox", "Orgn", "Trad")
+
+
+_NOT_NAME_POS = {"ADJF", "ADJS", "ADVB", "CONJ", "PRCL", "PREP", "INTJ", "NPRO", "PRED", "NOUN", "VERB", "INFN"}
+
+
+def without_lead_words(name: str, morph) -> str:
+    """A person span without the common words natasha took in at a sentence start:
+    «Бедная Марья Ивановна», «Тут Василиса Егоровна», «Прачка Палашка» (each had
+    become a person of its own, and «Бедная Марья Ивановна» then absorbed «Марья
+    Ивановна», 157 mentions). A word goes when no parse of it is a first name, surname
+    or patronymic and its likeliest parse is an adjective, adverb, particle, common noun..."""
+    words = name.split()
+    while len(words) > 1 and re.fullmatch(r"[А-ЯЁа-яё]+", words[0]):
+        parses = morph.parse(words[0])
+        if any(t in p.tag for p in parses for t in ("Name", "Surn", "Patr")) or parses[0].tag.POS not in _NOT_NAME_POS:
+            break
+        words = words[1:]
+    return " ".join(words)
 
 
 def lemmatise_russian(name: str, morph) -> str:
@@ -84,17 +105,27 @@ def russian_graphs(texts: list[str]) -> list[PassageGraph]:
             for span in doc.spans:
                 if span.start >= sent.start and span.stop <= sent.stop:
                     name, label = clean_name(span.text), span.type
+                    form_said = HONORIFIC.match(name) if name else None
                     addressed = person_name(name) if name else None
                     if addressed:
                         name, label = addressed, "PER"
                     if name and label == "PER":
                         name = tidy_person(name)
+                        name = without_lead_words(name, morph) if name else None
                     if name:
                         name = lemmatise_russian(name, morph)
                         if name.lower() in NOT_NAMES:
                             continue
                         named.append((name, label))
                         graph.mentions[(name, label)] += 1
+                        rank = RANKS.get(form_said.group(0).strip().rstrip(".").lower()) if form_said else None
+                        before = re.search(r"([А-Яа-яЁё]+)\s+$", text[max(0, span.start - 30):span.start])
+                        if rank is None and before:   # natasha leaves the rank out of the span
+                            rank = RANKS.get(morph.parse(before.group(1).lower())[0].normal_form)
+                        if rank and label == "PER" and not HONORIFIC.match(name):
+                            # «капитан Миронов»: a rank said as a form of address types the person
+                            graph.edges.append(Edge(name, label, "form of address", rank, "concept",
+                                                    sent.text.strip()[:500], "pattern", "type_of"))
             cooccur(graph, named, sent.text.strip()[:500])
         out.append(graph)
     return out

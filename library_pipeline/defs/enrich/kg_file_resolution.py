@@ -24,12 +24,34 @@ from library_pipeline.defs.enrich.gender import compatible as gender_compatible
 # together is not made ambiguous by them ("McCarthy" 30 beside James 6 and Charles 1
 # is; «Гринёв» 19 beside the father's and the son's full names, 2 and 3, is)
 RARE_FULL_NAMES = 20
+# the most mentions a full name said once can claim (see plan_file_merges)
+ONE_OFF_CLAIMS = 100
+_MARITAL = {"miss": "f-unmarried", "mlle": "f-unmarried", "mrs": "f-married", "mme": "f-married",
+            "madame": "f-married"}
 _PATRONYMIC = re.compile(r"(?:ович|евич|ич|ыч)$")
+
+
+# Russian diminutives of first names: natasha tags «Маша» and «Петруша» as names but links
+# them to nothing, and pymorphy3 lemmatises them to themselves. In «Капитанская дочка»
+# «Маша» (37 mentions) stood apart from «Марья Ивановна» (157), «Петруша» (11) from Пётр
+# Андреевич Гринёв. Only unambiguous diminutives of common first names.
+DIMINUTIVES = {
+    "маша": "марья", "машенька": "марья", "маня": "марья", "мария": "марья", "петруша": "петр", "петя": "петр",
+    "петенька": "петр", "петрушка": "петр", "емелька": "емельян", "ваня": "иван", "ванюша": "иван",
+    "алеша": "алексей", "алешка": "алексей", "саша": "александр", "сашенька": "александр", "коля": "николай",
+    "митя": "дмитрий", "дмитрий": "дмитрий", "володя": "владимир", "наташа": "наталья", "катя": "екатерина",
+    "катенька": "екатерина", "аня": "анна", "аннушка": "анна", "дуня": "авдотья", "дуняша": "авдотья",
+    "палашка": "пелагея", "палаша": "пелагея", "андрюша": "андрей", "федя": "федор", "гриша": "григорий",
+    "миша": "михаил", "сережа": "сергей", "лиза": "елизавета", "соня": "софья", "таня": "татьяна",
+}
 
 
 def _word_key(word: str) -> str:
     """Colloquial and full Russian patronymics compare equal: «андреич» ~
-    «андреевич», «иваныч» ~ «иванович», «кузмич» ~ «кузьмич»."""
+    «андреевич», «иваныч» ~ «иванович», «кузмич» ~ «кузьмич»; a diminutive is its
+    full first name («маша» ~ «марья»)."""
+    if word in DIMINUTIVES:
+        return DIMINUTIVES[word]
     if len(word) > 5 and re.search(r"[а-я]", word):
         stem = _PATRONYMIC.sub("", word)
         if stem != word:
@@ -69,13 +91,17 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
     merges: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
     # same words, same gender (or none told): one class, named by its most mentioned name
+    # ("Mrs. Turner", the landlady, is not "Miss Turner", the daughter: a wife's and a
+    # daughter's form are two classes)
+    form = {n: _MARITAL.get(n.split()[0]) if n.split() else None for n in names}
     canonical: dict[tuple, str] = {}
     for n in sorted(names, key=lambda n: (-names[n], n)):
         canonical.setdefault((keys[n], gender[n]), n)
     for n in names:
-        if canonical[(keys[n], gender[n])] != n:
-            merges[n] = canonical[(keys[n], gender[n])]
-    heads = list(canonical.values())
+        head = canonical[(keys[n], gender[n])]
+        if head != n and not (form[n] and form[head] and form[n] != form[head]):
+            merges[n] = head
+    heads = [n for n in names if n not in merges]
     # a gendered name ("Mrs. Hudson", "Mr. Sherlock Holmes") joins the same words said
     # without a form when the file says those words with one gender only; where that
     # name then goes is checked by the guard below ("Miss Turner" stays out of "John
@@ -84,10 +110,17 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         if gender[n] is None:
             continue
         plain = canonical.get((keys[n], None))
-        told = {gender[m] for m in names if keys[m] == keys[n]} - {None}
+        told = {form[m] or gender[m] for m in names if keys[m] == keys[n]} - {None}
         if plain is not None and len(told) == 1:
             merges[n] = plain
     heads = [n for n in heads if n not in merges]
+    # words said with a man's and a woman's form, or a wife's and a daughter's ("Mrs." and
+    # "Miss"), in this file: a family's surname, two people at least
+    told_by_key: dict[tuple, set] = defaultdict(set)
+    for m in names:
+        if gender[m] is not None and m.split()[0] in GENDERED_FORMS:
+            told_by_key[keys[m]].add(_MARITAL.get(m.split()[0], gender[m]))
+    family = {k for k, told in told_by_key.items() if len(told) > 1}
     for n in heads:
         # a possessive phrase ("Alice's Right Foot", normalised "alice s right foot") is no name
         longer = [m for m in heads if _ordered_part(keys[n], keys[m]) and "s" not in m.split()
@@ -108,9 +141,14 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
             continue
         if len(maximal) > 1:
             ambiguous[n] = sorted(maximal, key=lambda m: (-names[m], m))
-        # a full name said once never absorbs a name said five times or more: "Alice
-        # Rucastle" (1 mention) took "Rucastle" (30), her father
-        elif names[maximal[0]] > 1 or names[n] < 5:
+        # a full name said once claims its short forms ("Victor Frankenstein" once, "Victor"
+        # 27 times and "Frankenstein" 27 in a held-back novel: one man split in two) unless
+        # the short name is a family's, said with two forms of address in this file: "Alice
+        # Rucastle" (1 mention) took "Rucastle" (30), her father, and "Mrs. Rucastle" (15),
+        # her mother, beside "Mr.", "Mrs." and "Miss Rucastle"
+        # and unless the short name is said hundreds of times (the book's own "Alice", 387,
+        # beside a passing "Alice Rucastle")
+        elif names[maximal[0]] > 1 or names[n] < 5 or (keys[n] not in family and names[n] < ONE_OFF_CLAIMS):
             merges[n] = maximal[0]
 
     def final(n: str) -> str:

@@ -39,11 +39,11 @@ from library_pipeline.ingest.store import StepResult, ingested_document
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
 from serving.graph import max_edits
-from serving.ontology import entity_type, relation_type
+from serving.ontology import RELATION_TYPES, entity_type, relation_type
 
 log = logging.getLogger(__name__)
 
-OFFLINE_EXTRACTOR = "offline-v2"   # bump to re-extract every file after changing the offline rules
+OFFLINE_EXTRACTOR = "offline-v3"   # bump to re-extract every file after changing the offline rules
 
 
 def _compatible(a: str, b: str) -> bool:
@@ -119,7 +119,7 @@ def write_graph(conn, document_id: int, graphs: list[PassageGraph]) -> tuple[int
         a, b = ids[norm[e.source]], ids[norm[e.target]]
         if a == b:
             continue
-        canonical = relation_type(e.relation_raw)
+        canonical = e.relation if e.relation in RELATION_TYPES else relation_type(e.relation_raw)
         if e.extractor == "cooccurrence":
             a, b = min(a, b), max(a, b)   # undirected: one row per pair
         key = (a, b, canonical, e.relation_raw)

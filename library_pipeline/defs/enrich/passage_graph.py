@@ -27,6 +27,10 @@ class Edge:
     target_type: str
     evidence: str
     extractor: str
+    # the canonical relation when the pattern, not the raw label, tells it: "Roylott, of
+    # Stoke Moran" is located_in and "Merryweather of the City and Suburban Bank" part_of,
+    # both with the raw label "of". None: kg_store maps relation_raw (serving/ontology.py)
+    relation: str | None = None
 
 
 @dataclass
