@@ -129,6 +129,7 @@ class Settings:
     eval_dsn: str | None = None            # LIBRARY_EVAL_DSN
     eval_queries: str | None = None        # LIBRARY_EVAL_QUERIES
     memory_eval_set: str | None = None     # LIBRARY_MEMORY_EVAL_SET
+    locomo_dir: str | None = None          # LIBRARY_EVAL_LOCOMO: a LoCoMo-shaped folder (research data, not shipped)
     judge_model: str | None = None         # LIBRARY_JUDGE_MODEL
 
     @classmethod
@@ -177,6 +178,7 @@ class Settings:
             eval_dsn=_str("LIBRARY_EVAL_DSN"),
             eval_queries=_str("LIBRARY_EVAL_QUERIES"),
             memory_eval_set=_str("LIBRARY_MEMORY_EVAL_SET"),
+            locomo_dir=_str("LIBRARY_EVAL_LOCOMO"),
             judge_model=_str("LIBRARY_JUDGE_MODEL"),
         )
 
