@@ -28,11 +28,16 @@ from serving.search.types import Viewer
 
 log = logging.getLogger(__name__)
 
-# Share of a neighbour's fused score a record gains; neighbours within WINDOW records.
-# Measured on LoCoMo's dev half (786 questions, evidence recall@10 through search_memory,
-# docs/evaluation.md "Agent memory on LoCoMo"): see the table there.
+# Share of a neighbour's fused score a record gains; neighbours within WINDOW records, the
+# share halved per step beyond the first. Chosen on LoCoMo's first dev conversation (conv-26,
+# 150 questions, evidence recall@10 through search_memory; records alone 0.685): share 0.3 /
+# 0.5 / 0.8 / 1.0 at window 1 gave 0.745 / 0.756 / 0.734 / 0.727, and multi-hop fell
+# (0.43 -> 0.37 at 0.5); window 2 at 0.5 gave 0.767 with multi-hop 0.41. Taking the sum of
+# the neighbours' shares instead of the best one (0.734), or only lifting a record to the
+# share (max, not add: 0.736), did worse; a boost for records whose meta.speaker the question
+# names added nothing (0.767 -> 0.768). The dev-half figures are in docs/evaluation.md.
 NEIGHBOUR_SHARE = 0.5
-WINDOW = 1
+WINDOW = 2
 
 _NEIGHBOURS_SQL = """
 WITH hit AS (SELECT m.id, m.agent, m.meta->>'thread' AS thread
