@@ -200,3 +200,33 @@ def test_eval_memory_command_writes_both_units(tmp_path, make_db):
     bad = CliRunner().invoke(eval_app, ["memory", str(folder), "--conversations", "c9", "--dsn",
                                         target.settings.db_dsn])
     assert bad.exit_code != 0 and "c9" in bad.output
+
+
+def test_locomo_check_skips_without_data_and_runs_with_it(db, tmp_path, monkeypatch):
+    import dagster as dg
+
+    from library_pipeline.defs.eval.checks import memory_locomo_recall
+    from library_pipeline.defs.memory.assets import MemoryClock, memory_retention
+    from library_pipeline.resources import EmbedderResource, LibraryDatabase
+
+    resources = {"library_db": LibraryDatabase.from_settings(db.settings),
+                 "embedder": EmbedderResource(backend="minilm"), "memory_clock": MemoryClock()}
+    monkeypatch.delenv("LIBRARY_EVAL_LOCOMO", raising=False)
+    skipped = dg.materialize([memory_retention, memory_locomo_recall], resources=resources)
+    evaluation = skipped.get_asset_check_evaluations()[0]
+    assert evaluation.passed and "skipped" in evaluation.description and "LIBRARY_EVAL_LOCOMO" in evaluation.description
+
+    # the check's fixed part is conv-26: a synthetic folder with a conversation of that name
+    folder = tmp_path / "locomo"
+    write_locomo(folder)
+    for name in ("turns.jsonl", "questions.jsonl"):
+        path = folder / name
+        path.write_text(path.read_text(encoding="utf-8").replace('"c1"', '"conv-26"'), encoding="utf-8")
+    monkeypatch.setenv("LIBRARY_EVAL_LOCOMO", str(folder))
+    ran = dg.materialize([memory_retention, memory_locomo_recall], resources=resources)
+    evaluation = ran.get_asset_check_evaluations()[0]
+    meta = {k: v.value for k, v in evaluation.metadata.items()}
+    assert evaluation.passed and meta["questions"] == 3 and meta["recall@10"] == pytest.approx(1.0), meta
+    # the live memory store was never touched
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
