@@ -498,6 +498,9 @@ CREATE TABLE IF NOT EXISTS memories (
 CREATE INDEX IF NOT EXISTS memories_hash_idx ON memories (scope, content_hash) WHERE NOT superseded;
 CREATE INDEX IF NOT EXISTS memories_artifact_idx ON memories (artifact_id);
 CREATE INDEX IF NOT EXISTS memories_activity_idx ON memories (tier, scope, (coalesce(accessed_at, created_at)));
+-- a record's thread neighbours (serving/memory/context.py): the records of the same agent and
+-- meta.thread just before / after it
+CREATE INDEX IF NOT EXISTS memories_thread_idx ON memories (agent, (meta->>'thread'), id) WHERE meta ? 'thread';
 
 -- Every read of a memory (search hit or get): who, when, which query.
 CREATE TABLE IF NOT EXISTS memory_access_log (

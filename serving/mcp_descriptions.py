@@ -94,8 +94,10 @@ this connection, not from an argument.
 Arguments: artifact_id (your id for the artifact; indexing the same id again stores a
 new version and supersedes the old one, which is kept); content (text, up to 200,000
 characters); scope: "self" (only you), "department" (your department's agents) or
-"global" (every agent); meta (optional object: type, task_id, date "YYYY-MM-DD", any
-other JSON fields).
+"global" (every agent); meta (optional object: type, task_id, date "YYYY-MM-DD", thread,
+any other JSON fields). thread (a conversation, session or task id): records of one thread
+are read together - memory_search ranks a record with the ones you wrote just before and
+after it in that thread, so index each turn or step as you go and give them the same thread.
 
 Exact duplicates (same normalised text in the same scope) are not stored twice: the
 existing record is returned (status "duplicate" or "unchanged") with your meta merged

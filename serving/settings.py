@@ -130,6 +130,7 @@ class Settings:
     eval_queries: str | None = None        # LIBRARY_EVAL_QUERIES
     library_questions: str | None = None   # LIBRARY_EVAL_LIBRARY_QUESTIONS: the user's question file
     memory_eval_set: str | None = None     # LIBRARY_MEMORY_EVAL_SET
+    locomo_dir: str | None = None          # LIBRARY_EVAL_LOCOMO: a LoCoMo-shaped folder (research data, not shipped)
     judge_model: str | None = None         # LIBRARY_JUDGE_MODEL
 
     @classmethod
@@ -179,6 +180,7 @@ class Settings:
             eval_queries=_str("LIBRARY_EVAL_QUERIES"),
             library_questions=_str("LIBRARY_EVAL_LIBRARY_QUESTIONS"),
             memory_eval_set=_str("LIBRARY_MEMORY_EVAL_SET"),
+            locomo_dir=_str("LIBRARY_EVAL_LOCOMO"),
             judge_model=_str("LIBRARY_JUDGE_MODEL"),
         )
 

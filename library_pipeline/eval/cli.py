@@ -1,4 +1,4 @@
-"""`library eval ...`: BEIR evaluation, the regression query set, pooled judgments.
+"""`library eval ...`: BEIR evaluation, agent memory on LoCoMo, the regression query set, pooled judgments.
 
 Registered by the main CLI with `app.add_typer(eval_app, name="eval")`; also
 runnable alone: `python -m library_pipeline.eval.cli beir DATASET_DIR`.
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import typer
 
-eval_app = typer.Typer(help="Retrieval evaluation: BEIR datasets, the regression query set, pooled judgments.",
+eval_app = typer.Typer(help="Retrieval evaluation: BEIR datasets, agent memory (LoCoMo), the regression query set, "
+                            "pooled judgments.",
                        no_args_is_help=True)
 
 
@@ -164,6 +165,57 @@ def suite(
                                         embedder=embedder, dense=dense))
     md, js, png = write_suite(results, out)
     typer.echo(suite_markdown(results))
+    typer.echo(f"wrote {md}, {js}, {png}")
+
+
+@eval_app.command("memory")
+def memory(
+    dataset_dir: Path = typer.Argument(..., exists=True, file_okay=False,
+                                       help="LoCoMo-shaped folder: turns.jsonl, questions.jsonl."),
+    out: Path = typer.Option(None, "--out", help="Output prefix: writes <out>.md, <out>.json and <out>.png "
+                                                 "(default: eval-memory-<folder>)."),
+    conversations: str = typer.Option(None, "--conversations",
+                                      help="Comma-separated conversations to load and ask (default: all)."),
+    limit: int = typer.Option(0, "--limit", min=0, help="Ask only the first N questions of each conversation "
+                                                        "(every turn is still loaded)."),
+    sessions: bool = typer.Option(True, "--sessions/--no-sessions",
+                                  help="Also measure whole-session notes (one record per session, R@5 and MRR)."),
+    anchors: bool = typer.Option(True, "--anchors/--no-anchors",
+                                 help="Also score bm25s, each dense model alone and naive RRF on the same turns."),
+    alone: bool = typer.Option(False, "--records-alone",
+                               help="Rank every record alone (no thread neighbours): the search before context."),
+    reuse: bool = typer.Option(False, "--reuse", help="Keep the records an earlier run loaded when they are this "
+                                                      "set (for a search-side change; loading takes minutes)."),
+    dsn: str = typer.Option(None, "--dsn", help="Database to load into (default: library_eval_locomo on the "
+                                                "embedded server, or LIBRARY_EVAL_DSN). Never the library itself."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Agent memory on a LoCoMo-shaped conversation set: every conversation one agent, every turn
+    one record through index_memory, every question one search_memory (top_k 10) as that agent;
+    evidence recall@5 / @10 / all-evidence@10 overall and per category, beside bm25s, the dense
+    models and naive RRF on the same turns; and the whole-session unit."""
+    from library_pipeline.eval.locomo import load_locomo, run_locomo_eval
+    from library_pipeline.eval.locomo_report import markdown, write_json, write_plot
+
+    logging.getLogger("serving").setLevel(logging.WARNING)
+    try:
+        lset = load_locomo(dataset_dir, limit=limit,
+                           conversations=[c.strip() for c in conversations.split(",") if c.strip()]
+                           if conversations else None)
+    except (ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    embedder = _embedder()
+    result = run_locomo_eval(None, embedder, lset, dsn=dsn, dense_models=_dense_models(embedder, anchors),
+                             sessions=sessions, cache_dir=_cache_dir(), progress=progress, reuse=reuse,
+                             thread_share=0.0 if alone else None)
+    out = out or Path(f"eval-memory-{lset.name}")
+    md, js, png = (out.with_name(out.name + ext) for ext in (".md", ".json", ".png"))
+    table = markdown(result)
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(table, encoding="utf-8")
+    write_json(result, js)
+    write_plot(result, png)
+    typer.echo(table)
     typer.echo(f"wrote {md}, {js}, {png}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import ir_measures
 from ir_measures import P, R, RR, nDCG
@@ -19,16 +20,18 @@ MEASURES = {"ndcg@10": nDCG @ 10, "p@5": P @ 5, "mrr@10": RR @ 10, "recall@100":
 KEYS = tuple(MEASURES)
 
 
-def per_query(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]
-              ) -> dict[str, dict[str, float]]:
-    """metric key -> {query id: value}, every query in `qrels` present (0 when absent from the run)."""
-    by_measure = {v: k for k, v in MEASURES.items()}
-    out: dict[str, dict[str, float]] = {k: {q: 0.0 for q in qrels} for k in MEASURES}
+def per_query(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+              measures: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
+    """metric key -> {query id: value}, every query in `qrels` present (0 when absent from the run);
+    `measures` (key -> ir-measures measure) defaults to MEASURES."""
+    measures = measures or MEASURES
+    by_measure = {v: k for k, v in measures.items()}
+    out: dict[str, dict[str, float]] = {k: {q: 0.0 for q in qrels} for k in measures}
     qrels_d = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items()}
     run_d = {q: {d: float(s) for d, s in docs.items()} for q, docs in run.items() if q in qrels and docs}
     if not run_d:
         return out
-    for m in ir_measures.iter_calc(list(MEASURES.values()), qrels_d, run_d):
+    for m in ir_measures.iter_calc(list(measures.values()), qrels_d, run_d):
         out[by_measure[m.measure]][m.query_id] = float(m.value)
     return out
 

@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import chunk_memory
+from serving.memory.context import NEIGHBOUR_SHARE, with_thread_context
 from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
 from serving.memory.validation import (
@@ -246,12 +247,15 @@ def _log_access(conn: psycopg.Connection, viewer: Viewer, ids: list[int], action
 
 
 def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | None, query: Any, *,
-                  top_k: Any = 5, filter: Any = None, config: SearchConfig | None = None) -> dict[str, Any]:
+                  top_k: Any = 5, filter: Any = None, config: SearchConfig | None = None,
+                  thread_share: float | None = None) -> dict[str, Any]:
     """{results[{id, content, score, meta}], total_found, returned} through serving.search.search.
 
     total_found counts the distinct records among the fused candidate pool (the lanes'
     depth, at most 100 passages) that the caller may see - never hidden ones, since
-    the visibility clause is inside every lane's SQL."""
+    the visibility clause is inside every lane's SQL - and the thread neighbours that
+    joined it (serving/memory/context.py; `thread_share` overrides NEIGHBOUR_SHARE,
+    0 = records read alone, for the evaluation)."""
     from serving.search.engine import search
 
     viewer = require_identity(viewer)
@@ -285,19 +289,53 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
                 if rec is None or rec["id"] in seen:
                     continue
                 seen.add(rec["id"])
-                results.append({"id": rec["id"], "content": r.text, "score": round(r.score, 6),
+                results.append({"id": rec["id"], "content": r.text, "score": r.score,
                                 "source": "memory", "lanes": dict(r.lanes), "meta": _public_meta(rec)})
             else:
                 key = ("doc", r.document_id, r.passage_id)
                 seen.add(key)
-                results.append({"id": f"passage:{r.passage_id}", "content": r.text, "score": round(r.score, 6),
+                results.append({"id": f"passage:{r.passage_id}", "content": r.text, "score": r.score,
                                 "source": r.source, "lanes": dict(r.lanes),
                                 "meta": {"path": r.path, "title": r.title, "location": r.location}})
+        results = _read_in_context(conn, viewer, results, pool_only=bool(filter),
+                                   share=NEIGHBOUR_SHARE if thread_share is None else thread_share)
+        for r in results:
+            r["score"] = round(r["score"], 6)
         total = len(results)
         returned = results[:top_k]
         _log_access(conn, viewer, [r["id"] for r in returned if r["source"] == "memory"], "search", resp.query)
     return {"results": returned, "total_found": total, "returned": len(returned), "query": resp.query,
             "score_kind": resp.score_kind, "warnings": list(resp.warnings)}
+
+
+def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dict[str, Any]], *,
+                     pool_only: bool, share: float) -> list[dict[str, Any]]:
+    """The records re-ranked with their thread neighbours (serving/memory/context.py); a
+    neighbour the lanes did not reach joins with its first passage as content. Library
+    passages (include_library) keep their fused score."""
+    ranked = [(r["id"], r["score"]) for r in results if r["source"] == "memory"]
+    if share <= 0 or not ranked:
+        return results
+    scored = with_thread_context(conn, viewer, ranked, pool_only=pool_only, share=share)
+    by_id = {r["id"]: r for r in results if r["source"] == "memory"}
+    joined = [s.record_id for s in scored if s.record_id not in by_id]
+    if joined:
+        vis = visibility(viewer, "m")
+        rows = conn.execute(sql.SQL(
+            "SELECT {cols}, (SELECT p.content FROM passages p WHERE p.memory_id = m.id AND NOT p.superseded "
+            "ORDER BY p.ordinal LIMIT 1) FROM memories m WHERE m.id = ANY(%(ids)s) AND {vis}").format(
+            cols=_RECORD_SQL, vis=vis.clause), {**vis.params, "ids": joined}).fetchall()
+        for row in rows:
+            rec = _record(row[:-1])
+            if row[-1] is not None:
+                by_id[rec["id"]] = {"id": rec["id"], "content": row[-1], "score": 0.0, "source": "memory",
+                                    "lanes": {}, "meta": _public_meta(rec)}
+    memories = []
+    for s in scored:
+        if s.record_id in by_id:
+            memories.append({**by_id[s.record_id], "score": s.total})
+    others = [r for r in results if r["source"] != "memory"]
+    return sorted(memories + others, key=lambda r: -r["score"])
 
 
 # -- get / forget ---------------------------------------------------------------------

@@ -3,7 +3,8 @@ Merge with `dg.Definitions.merge(..., eval.defs, ...)` in library_pipeline/defin
 
 import dagster as dg
 
-from library_pipeline.defs.eval.checks import (library_questions, memory_search_precision, no_orphan_passages,
-                                               retrieval_quality)
+from library_pipeline.defs.eval.checks import (library_questions, memory_locomo_recall, memory_search_precision,
+                                               no_orphan_passages, retrieval_quality)
 
-defs = dg.Definitions(asset_checks=[retrieval_quality, library_questions, no_orphan_passages, memory_search_precision])
+defs = dg.Definitions(asset_checks=[retrieval_quality, library_questions, no_orphan_passages, memory_search_precision,
+                                     memory_locomo_recall])

@@ -1,0 +1,366 @@
+"""Agent memory on LoCoMo (ACL 2024): does a question bring back the turns that answer it?
+
+A LoCoMo-shaped folder holds `turns.jsonl` ({conversation, id "D3:5", speaker, date,
+text, content "[date] speaker: text"}) and `questions.jsonl` ({conversation, qid,
+question, answer, evidence [turn ids], category 1-4}). The data is research-use only:
+nothing of it is ever copied into this repository; the command and the asset check
+read it from where the user keeps it.
+
+Two units, both through the path agents use (`index_memory` - what the MCP tool
+memory_index runs - and `search_memory` top_k 10 as the agent), in a database of its
+own (`library_eval_locomo`, emptied first; never the user's library):
+
+- **turns**: each conversation is one agent; each turn one record, its `content`, with
+  the context an agent's client would send beside it in `meta` (`thread`: the session,
+  `speaker`, `date`). Every question is asked by its conversation's agent; evidence
+  recall@5, recall@10 and all-evidence@10 (every evidence turn in the top 10), overall
+  and per category. The anchors run on the same turns in the same process, with the
+  BEIR harness's own code (library_pipeline.eval.harness): bm25s, each dense model
+  alone, naive RRF (k 60) of bm25s with each.
+- **sessions** (basic-memory's LoCoMo protocol): one record per session (its turns
+  joined), every conversation in one agent's index, a question's evidence mapped to its
+  sessions; R@5 and MRR over sessions.
+
+Metrics come from ir-measures (library_pipeline.eval.metrics): R@5, R@10, RR@10;
+all-evidence@10 is R@10 = 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from ir_measures import RR, R
+
+from library_pipeline.eval.beir import BeirDataset
+from library_pipeline.eval.metrics import per_query, ranking_to_run
+from serving.db import Database
+from serving.embedding import Embedder
+from serving.lexemes import refresh_lexeme_df
+from serving.memory.store import MEMORY_SEARCH_CONFIG, index_memory, search_memory
+from serving.search.types import SearchConfig, Viewer
+
+log = logging.getLogger(__name__)
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+TOP_K = 10
+TURN_MEASURES = {"recall@5": R @ 5, "recall@10": R @ 10}
+SESSION_MEASURES = {"R@5": R @ 5, "MRR": RR @ 10}
+SESSIONS_AGENT = "locomo-sessions"
+# the agents' memory configuration, unlogged: eval questions are not real use
+EVAL_CONFIG = dataclasses.replace(MEMORY_SEARCH_CONFIG, log_queries=False, label="memory-locomo")
+
+
+@dataclass
+class LocomoSet:
+    name: str
+    turns: dict[str, list[dict[str, Any]]]     # conversation -> its turns in order
+    questions: list[dict[str, Any]]            # in file order
+
+    @property
+    def conversations(self) -> list[str]:
+        return list(self.turns)
+
+
+def load_locomo(directory: Path | str, *, conversations: list[str] | None = None, limit: int = 0) -> LocomoSet:
+    """The folder's turns and questions; only `conversations` when given (unknown names
+    are refused), and only the first `limit` questions of each conversation when > 0 -
+    a fixed part, so a small run is the same run every time."""
+    directory = Path(directory)
+    turns: dict[str, list[dict[str, Any]]] = {}
+    for t in _jsonl(directory / "turns.jsonl"):
+        turns.setdefault(t["conversation"], []).append(t)
+    if conversations:
+        unknown = [c for c in conversations if c not in turns]
+        if unknown:
+            raise ValueError(f"{directory}: no conversation {unknown[0]!r} (it has {', '.join(turns)})")
+        turns = {c: turns[c] for c in conversations}
+    per_conv: dict[str, int] = {}
+    questions: list[dict[str, Any]] = []
+    for q in _jsonl(directory / "questions.jsonl"):
+        conv = q["conversation"]
+        if conv not in turns or int(q["category"]) not in CATEGORIES or not q["evidence"]:
+            continue
+        if limit and per_conv.get(conv, 0) >= limit:
+            continue
+        per_conv[conv] = per_conv.get(conv, 0) + 1
+        questions.append(q)
+    if not questions:
+        raise ValueError(f"{directory}: no questions of categories 1-4 for {', '.join(turns) or 'any conversation'}")
+    return LocomoSet(name=directory.name, turns=turns, questions=questions)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def session_of(turn_id: str) -> str:
+    """"D3:5" -> "D3"."""
+    return turn_id.split(":", 1)[0]
+
+
+def iso_date(when: str) -> str | None:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as "2023-05-08" (None when it does not parse)."""
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(when.strip(), fmt).date().isoformat()
+        except ValueError:
+            continue
+    return None
+
+
+def turn_meta(turn: dict[str, Any]) -> dict[str, Any]:
+    """What a chat agent's client knows beside a turn's text: the session it belongs
+    to (`thread`), who spoke, when."""
+    meta: dict[str, Any] = {"type": "conversation", "thread": session_of(turn["id"]), "speaker": turn["speaker"]}
+    day = iso_date(turn.get("date") or "")
+    if day:
+        meta["date"] = day
+    return meta
+
+
+def session_notes(lset: LocomoSet) -> dict[str, str]:
+    """"conv-26:D3" -> the session as one note: a header line, then "speaker: text" per turn."""
+    notes: dict[str, list[str]] = {}
+    for conv, turns in lset.turns.items():
+        for t in turns:
+            key = f"{conv}:{session_of(t['id'])}"
+            if key not in notes:
+                notes[key] = [f"{conv}, session {session_of(t['id'])[1:]}, {t['date']}"]
+            notes[key].append(f"{t['speaker']}: {t['text']}")
+    return {k: "\n".join(v) for k, v in notes.items()}
+
+
+# -- loading through index_memory ---------------------------------------------------
+
+def reset_memories(conn: psycopg.Connection) -> None:
+    conn.execute("DELETE FROM passages WHERE source = 'memory'")
+    conn.execute("DELETE FROM memory_access_log")
+    conn.execute("DELETE FROM memories")
+    conn.commit()
+
+
+def load_turns(conn: psycopg.Connection, embedder: Embedder, lset: LocomoSet, *,
+               tick: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Every turn one record of its conversation's agent, in conversation order."""
+    started = time.perf_counter()
+    statuses: dict[str, int] = {}
+    for conv, turns in lset.turns.items():
+        viewer = Viewer(agent=conv)
+        for t in turns:
+            r = index_memory(conn, embedder, viewer, artifact_id=t["id"], content=t["content"], scope="self",
+                             meta=turn_meta(t))
+            conn.commit()
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+            if tick:
+                tick()
+    seconds = time.perf_counter() - started
+    n = sum(statuses.values())
+    return {"records": n, "statuses": statuses, "seconds": round(seconds, 1),
+            "records_per_s": round(n / seconds, 1) if seconds else 0.0}
+
+
+def load_sessions(conn: psycopg.Connection, embedder: Embedder, notes: dict[str, str]) -> dict[str, Any]:
+    started = time.perf_counter()
+    viewer = Viewer(agent=SESSIONS_AGENT)
+    for key, text in notes.items():
+        index_memory(conn, embedder, viewer, artifact_id=key, content=text, scope="self",
+                     meta={"type": "session"})
+        conn.commit()
+    return {"records": len(notes), "seconds": round(time.perf_counter() - started, 1)}
+
+
+# -- asking through search_memory ---------------------------------------------------
+
+def _artifact_ids(conn: psycopg.Connection, ids: list[int]) -> dict[int, list[str]]:
+    """record id -> the artifact ids it stands for (a duplicate turn is merged into the
+    first record with the same content, which then answers for both)."""
+    rows = conn.execute("SELECT id, artifact_id, meta FROM memories WHERE id = ANY(%s)", (ids,)).fetchall()
+    return {i: [aid, *(e["artifact_id"] for e in (meta or {}).get("also_indexed_as") or [])]
+            for i, aid, meta in rows}
+
+
+def ask(conn: psycopg.Connection, embedder: Embedder, questions: list[tuple[str, str, str]], *,
+        config: SearchConfig | None = None, top_k: int = TOP_K, thread_share: float | None = None,
+        tick: Callable[[], None] | None = None) -> tuple[dict[str, list[str]], list[float]]:
+    """(qid, agent, question) -> qid: artifact ids best first; and each search's milliseconds.
+    `thread_share`: search_memory's (None = the shipped rule, 0 = every record read alone)."""
+    rankings: dict[str, list[str]] = {}
+    ms: list[float] = []
+    for qid, agent, text in questions:
+        t = time.perf_counter()
+        out = search_memory(conn, embedder, Viewer(agent=agent), text, top_k=top_k, config=config or EVAL_CONFIG,
+                            thread_share=thread_share)
+        ms.append((time.perf_counter() - t) * 1000)
+        ids = [r["id"] for r in out["results"] if r["source"] == "memory"]
+        aids = _artifact_ids(conn, ids)
+        conn.commit()
+        ranking: list[str] = []
+        for i in ids:
+            ranking.extend(a for a in aids.get(i, []) if a not in ranking)
+        rankings[qid] = ranking
+        if tick:
+            tick()
+    return rankings, ms
+
+
+# -- scoring ---------------------------------------------------------------------------
+
+def turn_qrels(lset: LocomoSet) -> dict[str, dict[str, int]]:
+    return {q["qid"]: {f"{q['conversation']}/{e}": 1 for e in q["evidence"]} for q in lset.questions}
+
+
+def session_qrels(lset: LocomoSet) -> dict[str, dict[str, int]]:
+    return {q["qid"]: {f"{q['conversation']}:{session_of(e)}": 1 for e in q["evidence"]} for q in lset.questions}
+
+
+def score_turns(lset: LocomoSet, run: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """recall@5, recall@10, all@10 overall, and recall@10 / recall@5 per category."""
+    values = per_query(turn_qrels(lset), run, TURN_MEASURES)
+    values["all@10"] = {q: float(v >= 1.0 - 1e-9) for q, v in values["recall@10"].items()}
+    out: dict[str, Any] = {k: _mean(v.values()) for k, v in values.items()}
+    out["categories"] = {}
+    for cat, name in CATEGORIES.items():
+        qids = [q["qid"] for q in lset.questions if int(q["category"]) == cat]
+        if qids:
+            out["categories"][name] = {k: _mean(values[k][q] for q in qids) for k in values} | {"questions": len(qids)}
+    out["per_query"] = values
+    return out
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return round(sum(xs) / len(xs), 4) if xs else 0.0
+
+
+def turn_run(lset: LocomoSet, rankings: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+    conv = {q["qid"]: q["conversation"] for q in lset.questions}
+    return {qid: ranking_to_run([f"{conv[qid]}/{a}" for a in ranked]) for qid, ranked in rankings.items()}
+
+
+def anchor_turn_runs(lset: LocomoSet, dense_models: list, *, cache_dir: Path | None = None
+                     ) -> dict[str, dict[str, dict[str, float]]]:
+    """The BEIR harness's anchors (bm25s, each dense model, naive RRF k 60 with bm25s), each
+    conversation ranked on its own turns' `content`, as one run per anchor."""
+    from library_pipeline.eval.harness import anchor_runs
+
+    merged: dict[str, dict[str, dict[str, float]]] = {}
+    for conv, turns in lset.turns.items():
+        qs = [q for q in lset.questions if q["conversation"] == conv]
+        if not qs:
+            continue
+        dataset = BeirDataset(name=f"{lset.name}-{conv}",
+                              corpus={t["id"]: {"title": "", "text": t["content"]} for t in turns},
+                              queries={q["qid"]: q["question"] for q in qs},
+                              qrels={q["qid"]: {e: 1 for e in q["evidence"]} for q in qs}, split="dev")
+        runs, _ = anchor_runs(dataset, dense_models, cache_dir=cache_dir, language="en")
+        for name, run in runs.items():
+            target = merged.setdefault(name, {})
+            for qid, docs in run.items():
+                target[qid] = {f"{conv}/{d}": s for d, s in docs.items()}
+    return merged
+
+
+@dataclass
+class LocomoResult:
+    dataset: str
+    conversations: list[str]
+    questions: int
+    systems: dict[str, dict[str, Any]]          # "memory" and the anchors -> score_turns()
+    sessions: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self, per_query: bool = False) -> dict[str, Any]:
+        systems = {n: {k: v for k, v in m.items() if per_query or k != "per_query"} for n, m in self.systems.items()}
+        sessions = {k: v for k, v in self.sessions.items() if per_query or k != "per_query"}
+        return {"dataset": self.dataset, "conversations": self.conversations, "questions": self.questions,
+                "systems": systems, "sessions": sessions, "timings": self.timings}
+
+
+def percentile(ms: list[float], q: float) -> float:
+    s = sorted(ms)
+    return round(s[min(int(len(s) * q), len(s) - 1)], 1) if s else 0.0
+
+
+def loaded_as(conn: psycopg.Connection, lset: LocomoSet, sessions: bool) -> bool:
+    """Whether the database holds what loading `lset` would write (agent -> records; other
+    agents' records are invisible to the set's questions and may stay)."""
+    want = {conv: len(turns) for conv, turns in lset.turns.items()}
+    if sessions:
+        want[SESSIONS_AGENT] = len(session_notes(lset))
+    have = dict(conn.execute("SELECT agent, count(*) FROM memories WHERE NOT superseded GROUP BY agent").fetchall())
+    conn.commit()
+    return all(have.get(agent) == n for agent, n in want.items())
+
+
+def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_models: list | None = None,
+                    sessions: bool = True, config: SearchConfig | None = None, cache_dir: Path | None = None,
+                    progress: bool = False, reuse: bool = False, thread_share: float | None = None
+                    ) -> LocomoResult:
+    """Load `lset` into `db` (emptied first) through index_memory, ask every question through
+    search_memory, score it beside the anchors; and the session unit when `sessions`.
+    `reuse`: keep what an earlier run loaded when it is this set (a search-side change
+    needs no reload; loading the dev half takes minutes)."""
+    from tqdm import tqdm
+
+    timings: dict[str, Any] = {}
+    questions = [(q["qid"], q["conversation"], q["question"]) for q in lset.questions]
+    with db.connect() as conn:
+        if reuse and loaded_as(conn, lset, sessions):
+            timings["index"] = {"reused": True}
+        else:
+            reset_memories(conn)
+            total = sum(len(t) for t in lset.turns.values())
+            with tqdm(total=total, desc="index turns", unit="rec", disable=not progress) as bar:
+                timings["index"] = load_turns(conn, embedder, lset, tick=lambda: bar.update(1))
+            if sessions:
+                timings["index_sessions"] = load_sessions(conn, embedder, session_notes(lset))
+            # the steady state of a live library, where the lexeme_df asset has run since
+            refresh_lexeme_df(conn)
+            conn.commit()
+        with tqdm(total=len(questions), desc="ask", unit="q", disable=not progress) as bar:
+            rankings, ms = ask(conn, embedder, questions, config=config, thread_share=thread_share,
+                               tick=lambda: bar.update(1))
+        timings["search"] = {"p50_ms": percentile(ms, 0.5), "p95_ms": percentile(ms, 0.95)}
+        systems = {"memory": score_turns(lset, turn_run(lset, rankings))}
+        session_scores: dict[str, Any] = {}
+        if sessions:
+            asked = [(qid, SESSIONS_AGENT, text) for qid, _, text in questions]
+            srank, sms = ask(conn, embedder, asked, config=config, thread_share=thread_share)
+            values = per_query(session_qrels(lset), {q: ranking_to_run(r) for q, r in srank.items()},
+                               SESSION_MEASURES)
+            session_scores = {k: _mean(v.values()) for k, v in values.items()}
+            session_scores["categories"] = {
+                name: {k: _mean(values[k][q["qid"]] for q in lset.questions if int(q["category"]) == cat)
+                       for k in values}
+                for cat, name in CATEGORIES.items() if any(int(q["category"]) == cat for q in lset.questions)}
+            session_scores["records"] = len(session_notes(lset))
+            session_scores["per_query"] = values
+            timings["search_sessions"] = {"p50_ms": percentile(sms, 0.5), "p95_ms": percentile(sms, 0.95)}
+    t = time.perf_counter()
+    for name, run in anchor_turn_runs(lset, list(dense_models or []), cache_dir=cache_dir).items():
+        systems[name] = score_turns(lset, run)
+    timings["anchors_seconds"] = round(time.perf_counter() - t, 1)
+    return LocomoResult(dataset=lset.name, conversations=lset.conversations, questions=len(lset.questions),
+                        systems=systems, sessions=session_scores, timings=timings)
+
+
+def run_locomo_eval(base: Database | None, embedder: Embedder, lset: LocomoSet, *, dsn: str | None = None,
+                    **kw: Any) -> LocomoResult:
+    """`evaluate_locomo` in the `library_eval_locomo` database beside `base` (or `dsn`)."""
+    from library_pipeline.eval.beir import eval_database, release
+
+    db = eval_database("locomo", dsn=dsn, base=base)
+    try:
+        return evaluate_locomo(db, embedder, lset, **kw)
+    finally:
+        release(db)

@@ -1,0 +1,232 @@
+"""Memories read with their context, through the real memory search (embedded
+PostgreSQL, the real embedder): a record of a thread gains from its neighbours, a
+neighbour the lanes missed joins the results, and the rule never crosses an agent's
+visibility, another thread, or a filter; and `library eval memory` on a tiny
+LoCoMo-shaped folder written here (the research data itself is never read by tests)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from library_pipeline_tests.search_fixtures import create_database
+from serving.memory import Viewer, index_memory, search_memory
+from serving.memory.context import NEIGHBOUR_SHARE, WINDOW, with_thread_context
+
+ME = Viewer("Agent-Chat")
+OTHER = Viewer("Agent-Other")
+
+THREAD = [
+    ("s1:1", "Caroline: I spent the whole week on research for the family I want to start."),
+    ("s1:2", "Melanie: What did you research?"),
+    ("s1:3", "Caroline: Adoption agencies, mostly the ones that welcome single parents."),
+    ("s1:4", "Melanie: That sounds like a big step, I am proud of you."),
+]
+OTHERS = [
+    ("n1", "Melanie: The kids and I painted a sunrise over the lake on Sunday."),
+    ("n2", "Caroline: My guitar teacher says my chords are getting cleaner."),
+    ("n3", "Melanie: We ran a charity race for the animal shelter last weekend."),
+    ("n4", "Caroline: I bought a new pair of hiking boots for the camping trip."),
+    # near the question's words, and about something else
+    ("n5", "Caroline: I read some research about sleep and coffee."),
+]
+
+
+@pytest.fixture(scope="module")
+def cdb(server_db):
+    return create_database(server_db)
+
+
+@pytest.fixture(scope="module")
+def loaded(cdb, embedder):
+    ids: dict[str, int] = {}
+    with cdb.connect(autocommit=True) as conn:
+        for aid, text in THREAD:
+            ids[aid] = index_memory(conn, embedder, ME, artifact_id=aid, content=text,
+                                    meta={"thread": "session-1", "speaker": text.split(":")[0]}).record["id"]
+        for aid, text in OTHERS:  # no thread: each its own
+            ids[aid] = index_memory(conn, embedder, ME, artifact_id=aid, content=text).record["id"]
+        # another agent's record in a thread of the same name, written between them
+        ids["other"] = index_memory(conn, embedder, OTHER, artifact_id="x",
+                                    content="Adoption agencies research notes of someone else entirely.",
+                                    meta={"thread": "session-1"}).record["id"]
+    return ids
+
+
+@pytest.fixture()
+def conn(cdb, loaded):
+    with cdb.connect(autocommit=True) as c:
+        yield c
+
+
+def _ranked(conn, embedder, query: str, share: float | None = None, **kw) -> list[int]:
+    out = search_memory(conn, embedder, ME, query, top_k=10, thread_share=share, **kw)
+    return [r["id"] for r in out["results"]]
+
+
+def test_thread_records_gain_their_neighbours_share(conn, embedder, loaded):
+    query = "What did Caroline research?"
+    alone = search_memory(conn, embedder, ME, query, top_k=20, thread_share=0.0)["results"]
+    context = search_memory(conn, embedder, ME, query, top_k=20)["results"]
+    before = {r["id"]: r["score"] for r in alone}
+    after = {r["id"]: r["score"] for r in context}
+    order = [loaded[aid] for aid, _ in THREAD]
+    for i, rid in enumerate(order):
+        # the best of: the neighbour before / after at full share, two steps away at half
+        gains = [NEIGHBOUR_SHARE * before[order[j]] / 2 ** (abs(i - j) - 1)
+                 for j in range(len(order)) if 0 < abs(i - j) <= WINDOW]
+        assert after[rid] == pytest.approx(before[rid] + max(gains), abs=1e-5), f"{i} {before} {after} {order}"
+    # the answer, which shares no word with the question, gains at least half the question
+    # turn's score; results are in order of the new score
+    answer, question = loaded["s1:3"], loaded["s1:2"]
+    assert after[answer] - before[answer] >= NEIGHBOUR_SHARE * before[question] - 1e-5
+    assert [r["score"] for r in context] == sorted((r["score"] for r in context), reverse=True)
+    # the other agent's record never appears: neighbours are read under the viewer's visibility
+    assert loaded["other"] not in after
+
+
+def test_records_without_a_thread_rank_as_before(conn, embedder, loaded):
+    query = "painting a sunrise with the kids"
+    out = search_memory(conn, embedder, ME, query, top_k=10)
+    alone = search_memory(conn, embedder, ME, query, top_k=10, thread_share=0.0)
+    scores = {r["id"]: r["score"] for r in out["results"]}
+    plain = {r["id"]: r["score"] for r in alone["results"]}
+    for aid in ("n1", "n2", "n3", "n4", "n5"):
+        rid = loaded[aid]
+        if rid in plain:
+            assert scores[rid] == pytest.approx(plain[rid])
+
+
+def test_neighbours_stay_inside_the_agents_thread(conn, loaded):
+    ranked = [(loaded["s1:2"], 1.0)]
+    scored = {s.record_id: s for s in with_thread_context(conn, ME, ranked, share=0.5, window=1)}
+    # the question's two neighbours join with half its score; nothing of the other agent,
+    # nothing without a thread
+    assert set(scored) == {loaded["s1:1"], loaded["s1:2"], loaded["s1:3"]}
+    assert scored[loaded["s1:3"]].total == pytest.approx(0.5) and scored[loaded["s1:2"]].total == pytest.approx(1.0)
+    # window 2: the record two steps away gains half as much again
+    narrow = {s.record_id for s in with_thread_context(conn, ME, ranked, share=0.5, window=1)}
+    assert loaded["s1:4"] not in narrow
+    wide = {s.record_id: s.total for s in with_thread_context(conn, ME, ranked, share=0.5, window=2)}
+    assert wide[loaded["s1:4"]] == pytest.approx(0.25)
+    # only records already in the pool when the caller filtered
+    pool = {s.record_id for s in with_thread_context(conn, ME, ranked, share=0.5, window=2, pool_only=True)}
+    assert pool == {loaded["s1:2"]}
+
+
+def test_a_filter_is_never_widened_by_neighbours(conn, embedder, loaded):
+    out = search_memory(conn, embedder, ME, "What did Caroline research?", top_k=10,
+                        filter={"agent": ME.agent, "type": "nothing-has-this-type"})
+    assert out["results"] == []
+
+
+# -- library eval memory on a synthetic LoCoMo-shaped folder ------------------------------
+
+def _turn(conv: str, tid: str, speaker: str, date: str, text: str) -> dict:
+    return {"conversation": conv, "id": tid, "speaker": speaker, "date": date, "text": text,
+            "content": f"[{date}] {speaker}: {text}"}
+
+
+def write_locomo(folder):
+    d1, d2 = "1:56 pm on 8 May, 2023", "10:15 am on 2 June, 2023"
+    turns = [
+        _turn("c1", "D1:1", "Ann", d1, "I finally started the pottery class downtown."),
+        _turn("c1", "D1:2", "Bob", d1, "Which one did you pick?"),
+        _turn("c1", "D1:3", "Ann", d1, "The one at the old mill, on Tuesday evenings."),
+        _turn("c1", "D2:1", "Bob", d2, "I adopted a grey cat from the shelter yesterday."),
+        _turn("c1", "D2:2", "Ann", d2, "What is the cat called?"),
+        _turn("c1", "D2:3", "Bob", d2, "Pepper, because of the spots on her nose."),
+        _turn("c2", "D1:1", "Cy", d1, "My sister moved to Lisbon for a new job."),
+        _turn("c2", "D1:2", "Di", d1, "What kind of work does she do there?"),
+        _turn("c2", "D1:3", "Cy", d1, "She designs bridges for an engineering firm."),
+    ]
+    questions = [
+        {"conversation": "c1", "qid": "c1-q0", "question": "Where does Ann take her pottery class?",
+         "answer": "the old mill", "evidence": ["D1:3"], "category": 4},
+        {"conversation": "c1", "qid": "c1-q1", "question": "When did Bob adopt a cat?",
+         "answer": "1 June 2023", "evidence": ["D2:1"], "category": 2},
+        {"conversation": "c1", "qid": "c1-q2", "question": "What is the name of Bob's cat and where is it from?",
+         "answer": "Pepper, the shelter", "evidence": ["D2:1", "D2:3"], "category": 1},
+        {"conversation": "c1", "qid": "c1-q3", "question": "adversarial", "answer": "",
+         "evidence": ["D1:1"], "category": 5},
+        {"conversation": "c2", "qid": "c2-q0", "question": "What does Cy's sister do in Lisbon?",
+         "answer": "designs bridges", "evidence": ["D1:3"], "category": 4},
+    ]
+    folder.mkdir(parents=True)
+    (folder / "turns.jsonl").write_text("".join(json.dumps(t) + "\n" for t in turns), encoding="utf-8")
+    (folder / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    return folder
+
+
+def test_eval_memory_command_writes_both_units(tmp_path, make_db):
+    from library_pipeline.eval.cli import eval_app
+
+    target = make_db()
+    folder = write_locomo(tmp_path / "tiny_locomo")
+    out = tmp_path / "out" / "mem"
+    result = CliRunner().invoke(eval_app, ["memory", str(folder), "--out", str(out), "--dsn", target.settings.db_dsn,
+                                           "--no-anchors", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.with_name("mem.json").read_text())
+    assert data["questions"] == 4 and data["conversations"] == ["c1", "c2"]   # category 5 left out
+    memory = data["systems"]["memory"]
+    assert set(memory["categories"]) == {"single-hop", "temporal", "multi-hop"}
+    assert memory["recall@10"] == pytest.approx(1.0)          # 3-turn agents: everything is in the top 10
+    assert memory["all@10"] == pytest.approx(1.0) and 0 < memory["recall@5"] <= 1.0
+    assert "bm25s" in data["systems"] and data["systems"]["bm25s"]["recall@10"] == pytest.approx(1.0)
+    # the session unit: 3 sessions in one index, the evidence mapped to its sessions
+    assert data["sessions"]["records"] == 3 and 0 < data["sessions"]["R@5"] <= 1.0
+    assert data["sessions"]["MRR"] > 0.5
+    assert data["timings"]["index"]["records"] == 9 and data["timings"]["search"]["p50_ms"] > 0
+    table = out.with_name("mem.md").read_text()
+    assert "| **ours: memory_search" in table and "Whole-session notes" in table
+    assert out.with_name("mem.png").read_bytes()[:4] == b"\x89PNG"
+    # the records went to the database given, each conversation its own agent, with its context
+    with target.connect() as c:
+        rows = c.execute("SELECT agent, artifact_id, meta FROM memories WHERE agent = 'c1' AND artifact_id = 'D2:3'"
+                         ).fetchall()
+    assert rows and rows[0][2]["thread"] == "D2" and rows[0][2]["speaker"] == "Bob"
+    assert rows[0][2]["date"] == "2023-06-02"
+
+    # a fixed small part: one conversation, its first question; reused without reloading
+    small = CliRunner().invoke(eval_app, ["memory", str(folder), "--out", str(out), "--dsn",
+                                          target.settings.db_dsn, "--no-anchors", "--no-progress",
+                                          "--conversations", "c2", "--limit", "1", "--no-sessions"])
+    assert small.exit_code == 0, small.output
+    data = json.loads(out.with_name("mem.json").read_text())
+    assert data["questions"] == 1 and data["conversations"] == ["c2"] and data["sessions"] == {}
+    bad = CliRunner().invoke(eval_app, ["memory", str(folder), "--conversations", "c9", "--dsn",
+                                        target.settings.db_dsn])
+    assert bad.exit_code != 0 and "c9" in bad.output
+
+
+def test_locomo_check_skips_without_data_and_runs_with_it(db, tmp_path, monkeypatch):
+    import dagster as dg
+
+    from library_pipeline.defs.eval.checks import memory_locomo_recall
+    from library_pipeline.defs.memory.assets import MemoryClock, memory_retention
+    from library_pipeline.resources import EmbedderResource, LibraryDatabase
+
+    resources = {"library_db": LibraryDatabase.from_settings(db.settings),
+                 "embedder": EmbedderResource(backend="minilm"), "memory_clock": MemoryClock()}
+    monkeypatch.delenv("LIBRARY_EVAL_LOCOMO", raising=False)
+    skipped = dg.materialize([memory_retention, memory_locomo_recall], resources=resources)
+    evaluation = skipped.get_asset_check_evaluations()[0]
+    assert evaluation.passed and "skipped" in evaluation.description and "LIBRARY_EVAL_LOCOMO" in evaluation.description
+
+    # the check's fixed part is conv-26: a synthetic folder with a conversation of that name
+    folder = tmp_path / "locomo"
+    write_locomo(folder)
+    for name in ("turns.jsonl", "questions.jsonl"):
+        path = folder / name
+        path.write_text(path.read_text(encoding="utf-8").replace('"c1"', '"conv-26"'), encoding="utf-8")
+    monkeypatch.setenv("LIBRARY_EVAL_LOCOMO", str(folder))
+    ran = dg.materialize([memory_retention, memory_locomo_recall], resources=resources)
+    evaluation = ran.get_asset_check_evaluations()[0]
+    meta = {k: v.value for k, v in evaluation.metadata.items()}
+    assert evaluation.passed and meta["questions"] == 3 and meta["recall@10"] == pytest.approx(1.0), meta
+    # the live memory store was never touched
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
