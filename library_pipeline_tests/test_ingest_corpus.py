@@ -139,14 +139,18 @@ def test_russian_indexed_with_russian_configuration(corpus):
 
 
 def test_passages_fit_the_embedder_window(corpus, embedder):
+    """Every passage fits the window of the model that sized it: the primary one, or for a
+    text in another script (the Russian novel) the multilingual one."""
     db, _, _ = corpus
-    from serving.embedding import embed_text_for_passage
+    from serving.embedding import USEM3_NAME, chunk_counter, embed_text_for_passage
 
     with db.connect() as conn:
-        rows = conn.execute("SELECT d.title, p.heading, p.content FROM passages p JOIN documents d "
+        rows = conn.execute("SELECT d.title, p.heading, p.content, d.language FROM passages p JOIN documents d "
                             "ON d.id = p.document_id ORDER BY random() LIMIT 400").fetchall()
-    over = [r for r in rows if embedder.count_tokens(embed_text_for_passage(*r)) > embedder.max_tokens]
-    assert not over, f"{len(over)} of {len(rows)} passages overflow the {embedder.max_tokens}-token window"
+    over = [r for r in rows
+            if (m := chunk_counter(embedder, r[3])).count_tokens(embed_text_for_passage(*r[:3])) > m.max_tokens]
+    assert not over, f"{len(over)} of {len(rows)} passages overflow their model's window"
+    assert {chunk_counter(embedder, r[3]).name for r in rows} == {embedder.name, USEM3_NAME}
 
 
 def test_second_ingest_reembeds_nothing(corpus):

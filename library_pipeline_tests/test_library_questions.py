@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from library_pipeline.eval.library_questions import (EXAMPLE_QUESTIONS, QuestionFileError, language_script,
-                                                     load_questions)
-from serving.search.language import script
+from library_pipeline.eval.library_questions import EXAMPLE_QUESTIONS, QuestionFileError, load_questions
+from serving.search.language import language_script, script
 
 
 def test_tsv_and_yaml_say_the_same(tmp_path):
@@ -59,4 +58,5 @@ def test_the_example_library_file():
 
 def test_language_script():
     assert language_script("ru") == "cyrillic" and language_script("en") == "latin"
+    assert language_script("de") == "latin" and language_script("zh") == "other"
     assert language_script(None) is None and language_script("und") is None

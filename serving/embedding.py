@@ -243,8 +243,9 @@ def embedder_languages(embedder: Embedder) -> tuple[str, ...] | None:
 
 
 def chunk_counter(primary: Embedder, language: str | None) -> Embedder:
-    """The model whose tokens size a text's chunks: the primary model, unless it reads
-    only other languages than `language` and a multilingual model is configured.
+    """The model whose tokens size a text's chunks: the primary model, unless `language`
+    is written in another script than every language the primary model reads and a
+    multilingual model is configured.
     Chunk windows are counted in tokens, and an English WordPiece vocabulary spells
     Cyrillic nearly letter by letter: on the example library the 96-token window made
     Pushkin's passages 91 characters at the median against 270-310 for the English
@@ -252,9 +253,14 @@ def chunk_counter(primary: Embedder, language: str | None) -> Embedder:
     unrelated English questions (right file first for 77% of the example library's
     questions, 84% once the book was chunked by the model that reads it). The primary model cannot read such a text anyway (search drops its
     hits in another script), so its window does not bind; the model that reads it
-    sizes it instead."""
+    sizes it instead. A language in the primary model's own script (German for an
+    English model) keeps the primary window: search keeps that model's hits on such
+    passages, and a longer chunk would be cut off at its window."""
+    from serving.search.language import language_script  # serving.search imports this module
+
     languages = embedder_languages(primary)
-    if languages is None or not language or language == "und" or language in languages:
+    own = language_script(language)
+    if languages is None or own is None or own in {language_script(lang) for lang in languages}:
         return primary
     return multilingual_embedder() or primary
 

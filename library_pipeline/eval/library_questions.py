@@ -37,13 +37,11 @@ import psycopg
 
 from serving.embedding import Embedder
 from serving.search import SearchConfig, search
-from serving.search.language import script
+from serving.search.language import language_script, script
 
 log = logging.getLogger(__name__)
 
 OTHER_SCRIPT_DEPTH = 5
-# language code (documents.language) -> script; anything else written in Latin letters
-_CYRILLIC_LANGUAGES = {"ru", "uk", "be", "bg", "sr", "mk", "kk"}
 EXAMPLE_QUESTIONS = Path(__file__).resolve().parents[2] / "examples" / "library_questions.tsv"
 
 
@@ -112,12 +110,6 @@ def _load_yaml(path: Path, raw: str) -> list[Question]:
 
 def _split_files(cell: str) -> tuple[str, ...]:
     return tuple(f.strip() for f in cell.split("|") if f.strip())
-
-
-def language_script(language: str | None) -> str | None:
-    if not language or language == "und":
-        return None
-    return "cyrillic" if language in _CYRILLIC_LANGUAGES else "latin"
 
 
 @dataclass

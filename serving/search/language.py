@@ -21,6 +21,12 @@ LANGUAGES = ("en", "ru", "uk", "de", "fr", "es", "it", "pt", "nl", "sv", "no", "
 # a Latin-script query is another language than English only at this langid probability
 CONFIDENT = 0.95
 
+# ISO 639-1 codes written in Cyrillic, and in scripts that are neither Latin nor Cyrillic
+# (everything else is written in Latin letters)
+CYRILLIC_LANGUAGES = frozenset({"ru", "uk", "be", "bg", "sr", "mk", "kk", "ky", "tg", "mn"})
+OTHER_SCRIPT_LANGUAGES = frozenset({"el", "zh", "ja", "ko", "ar", "he", "fa", "ur", "hi", "bn", "th", "ka", "hy",
+                                    "ta", "te", "ml", "kn", "gu", "pa", "mr", "ne", "si", "km", "lo", "my", "am"})
+
 _LETTER = re.compile(r"[^\W\d_]")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 
@@ -43,6 +49,16 @@ def script(text: str, limit: int = 600) -> str:
     if latin * 2 > len(letters):
         return "latin"
     return "other"
+
+
+def language_script(language: str | None) -> str | None:
+    """The script an ISO 639-1 language is written in ('latin', 'cyrillic', 'other'), as
+    `script` names a text's; None for no or an undetermined language."""
+    if not language or language == "und":
+        return None
+    if language in CYRILLIC_LANGUAGES:
+        return "cyrillic"
+    return "other" if language in OTHER_SCRIPT_LANGUAGES else "latin"
 
 
 @functools.lru_cache(maxsize=1)
