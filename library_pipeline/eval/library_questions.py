@@ -161,12 +161,16 @@ class LibraryEvaluation:
         }
 
 
-def resolve_files(conn: psycopg.Connection, names: tuple[str, ...]) -> tuple[dict[str, str | None], list[str]]:
-    """Named files -> (stored path -> its language, the names not found). A name matches a
-    live document's path, or its file name when exactly one document has it."""
-    rows = conn.execute("SELECT path, language FROM documents WHERE source = 'library' AND status = 'ingested'"
-                        ).fetchall()
-    by_path = {p: lang for p, lang in rows}
+def library_languages(conn: psycopg.Connection) -> dict[str, str | None]:
+    """Path -> language of every ingested library file."""
+    return dict(conn.execute("SELECT path, language FROM documents WHERE source = 'library' AND status = 'ingested'"
+                             ).fetchall())
+
+
+def resolve_files(by_path: dict[str, str | None], names: tuple[str, ...]
+                  ) -> tuple[dict[str, str | None], list[str]]:
+    """Named files -> (stored path -> its language, the names not found), against
+    `library_languages`. A name matches a path, or its file name when exactly one file has it."""
     by_name: dict[str, list[str]] = {}
     for p in by_path:
         by_name.setdefault(p.rsplit("/", 1)[-1], []).append(p)
@@ -187,8 +191,9 @@ def evaluate_library(conn: psycopg.Connection, embedder: Embedder, questions: li
     """Ask every question through `serving.search.search` and score the files it returns."""
     cfg = config or SearchConfig(rerank=False, summaries=False, log_queries=False, label="library-questions")
     results, missing = [], []
+    library = library_languages(conn)
     for q in questions:
-        files, absent = resolve_files(conn, q.files)
+        files, absent = resolve_files(library, q.files)
         missing += [(q.text, name) for name in absent]
         if not files:
             continue

@@ -17,6 +17,7 @@ from library_pipeline.defs.enrich.passage_graph import (
     clean_name,
     cooccur,
     person_name,
+    rank_of,
     tidy_person,
 )
 from serving.ontology import KIN_WORDS, SOCIAL_WORDS, relation_type
@@ -48,13 +49,6 @@ VAGUE_NOUNS = {"man", "woman", "thing", "one", "person", "fellow", "creature", "
                "type", "number", "couple", "pair", "factor", "myth", "money", "experience", "idea", "little", "good",
                "great", "few", "piece", "moment", "day", "place", "name", "sign", "question", "lady", "gentleman",
                "people", "boy", "girl", "child"}
-# a rank or profession said as a form of address types the person: "Inspector Lestrade"
-# is an inspector, "Colonel Lysander Stark" a colonel (the form itself is stripped from
-# the name, passage_graph.person_name); Mr., Miss, Lord and the like tell no type
-RANKS = {"dr": "doctor", "colonel": "colonel", "captain": "captain", "inspector": "inspector",
-         "sergeant": "sergeant", "major": "major", "professor": "professor",
-         "капитан": "капитан", "генерал": "генерал", "майор": "майор", "поручик": "поручик", "сержант": "сержант",
-         "капрал": "капрал", "урядник": "урядник"}
 # the last word of a place's name, which the small model tags as a person's
 PLACE_HEADS = {"street", "lane", "square", "dock", "docks", "inn", "manor", "road", "bridge", "station", "hall",
                "lodge", "court", "terrace", "gardens", "row", "abbey", "grange", "cottage", "house", "place", "hotel",
@@ -251,7 +245,7 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
                 if name and any(c.isupper() for c in name):
                     named.append((span, name, label))
                     graph.mentions[(name, label)] += 1
-                    rank = RANKS.get(form_said.group(0).strip().rstrip(".").lower()) if form_said else None
+                    rank = rank_of(form_said)
                     if rank and label == "PERSON" and not HONORIFIC.match(name):
                         ranked.append(Edge(name, label, "form of address", rank, "concept", sent.text.strip()[:500],
                                            "pattern", "type_of"))

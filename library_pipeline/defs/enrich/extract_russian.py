@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 import threading
 
-from library_pipeline.defs.enrich.extract_english import RANKS
 from library_pipeline.defs.enrich.passage_graph import (
     HONORIFIC,
     NOT_NAMES,
+    RANKS,
     Edge,
     PassageGraph,
     clean_name,
     cooccur,
     person_name,
+    rank_of,
     tidy_person,
 )
 
@@ -118,7 +119,7 @@ def russian_graphs(texts: list[str]) -> list[PassageGraph]:
                             continue
                         named.append((name, label))
                         graph.mentions[(name, label)] += 1
-                        rank = RANKS.get(form_said.group(0).strip().rstrip(".").lower()) if form_said else None
+                        rank = rank_of(form_said)
                         before = re.search(r"([А-Яа-яЁё]+)\s+$", text[max(0, span.start - 30):span.start])
                         if rank is None and before:   # natasha leaves the rank out of the span
                             rank = RANKS.get(morph.parse(before.group(1).lower())[0].normal_form)

@@ -54,6 +54,21 @@ def clean_name(text: str) -> str | None:
     return name
 
 
+# a rank or profession said as a form of address types the person: "Inspector Lestrade"
+# is an inspector, "Colonel Lysander Stark" a colonel (the form itself is stripped from
+# the name, person_name); Mr., Miss, Lord and the like tell no type
+RANKS = {"dr": "doctor", "colonel": "colonel", "captain": "captain", "inspector": "inspector",
+         "sergeant": "sergeant", "major": "major", "professor": "professor",
+         "капитан": "капитан", "генерал": "генерал", "майор": "майор", "поручик": "поручик", "сержант": "сержант",
+         "капрал": "капрал", "урядник": "урядник"}
+
+
+def rank_of(form) -> str | None:
+    """The rank a form of address says (a FORM_OF_ADDRESS match: "Colonel ", "капитан "),
+    None for one that tells no type (Mr., Miss, Lord)."""
+    return RANKS.get(form.group(0).strip().rstrip(".").lower()) if form else None
+
+
 # Words of address that the tagger takes for names ("His Majesty" was the 10th
 # most mentioned "person" of the Sherlock Holmes stories).
 NOT_NAMES = {"majesty", "highness", "excellency", "lordship", "ladyship", "honour", "honor", "sir", "madam",

@@ -72,8 +72,8 @@ class LibraryQuestionsConfig(dg.Config):
                             "right file at rank 1, MRR over files, other-script passages in the top 5.")
 def library_questions(config: LibraryQuestionsConfig, library_db: LibraryDatabase,
                       embedder: EmbedderResource) -> dg.AssetCheckResult:
-    from library_pipeline.eval.library_questions import (EXAMPLE_QUESTIONS, evaluate_library, load_questions,
-                                                         markdown, resolve_files)
+    from library_pipeline.eval.library_questions import (EXAMPLE_QUESTIONS, evaluate_library, library_languages,
+                                                         load_questions, markdown, resolve_files)
 
     path = config.questions or get_settings().library_questions
     db = library_db.get()
@@ -81,7 +81,7 @@ def library_questions(config: LibraryQuestionsConfig, library_db: LibraryDatabas
         if not path:
             # the example library's own set, when this is the example library (all its files present)
             named = {f for q in load_questions(EXAMPLE_QUESTIONS) for f in q.files}
-            if resolve_files(conn, tuple(named))[1]:
+            if resolve_files(library_languages(conn), tuple(named))[1]:
                 return dg.AssetCheckResult(passed=True, description="no question file configured "
                                            "(LIBRARY_EVAL_LIBRARY_QUESTIONS): nothing to check",
                                            metadata={"questions": 0})
