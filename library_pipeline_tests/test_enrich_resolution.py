@@ -191,6 +191,27 @@ def test_russian_diminutives_join_the_full_first_name():
     assert not ambiguous
 
 
+def test_russian_short_forms_of_one_person_join():
+    """«Капитанская дочка» as the offline extractor names its people (mentions in the file)."""
+    merges, ambiguous = plan_file_merges({
+        "петр андреич": 67, "петр андреевич гринев": 3, "петруша": 11, "петр iii": 1, "петр федорович": 1,
+        "петр феодорович": 1,                              # a passing Петр said once weighs nothing
+        "савельич": 122, "архип савельич": 1,             # a lone patronymic is one man's
+        "марья ивановна": 158, "маша": 37, "марья миронова": 2, "маша миронова": 1, "марья иванова": 1,
+        "иван кузмич": 68, "иван игнатьич": 40, "иван миронов": 1, "миронов": 16,
+        "пугачев": 197, "пугач": 2,
+    })
+    assert merges["петруша"] == merges["петр андреич"] == "петр андреевич гринев"
+    assert merges["петр феодорович"] == "петр федорович"
+    assert merges["савельич"] == "архип савельич"
+    # first name with the one patronymic and the one surname the file says it with
+    assert merges["марья миронова"] == merges["маша миронова"] == merges["марья иванова"] == "марья ивановна"
+    # «Иван» has two patronymics in the file: «Иван Миронов» may be either Иван
+    assert "иван миронов" not in merges and "иван кузмич" not in merges and "иван игнатьич" not in merges
+    assert merges["пугач"] == "пугачев"
+    assert not ambiguous
+
+
 def test_plan_of_merges_never_joins_a_woman_and_a_man():
     merges, ambiguous = plan_file_merges({
         "turner": 40, "john turner": 10, "miss turner": 12,      # his daughter

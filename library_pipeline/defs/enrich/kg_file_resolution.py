@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from library_pipeline.defs.enrich.gender import GENDERED_FORMS, name_gender
+from library_pipeline.defs.enrich.gender import GENDERED_FORMS, first_name_gender, name_gender
 from library_pipeline.defs.enrich.gender import compatible as gender_compatible
 
 # a short name said this many times as often as all the full names it could extend
@@ -52,6 +52,8 @@ def _word_key(word: str) -> str:
     full first name («маша» ~ «марья»)."""
     if word in DIMINUTIVES:
         return DIMINUTIVES[word]
+    # the old spelling: «Петр Феодорович» and «Петр Федорович» are one man
+    word = re.sub(r"^феодор", "федор", word)
     if len(word) > 5 and re.search(r"[а-я]", word):
         stem = _PATRONYMIC.sub("", word)
         if stem != word:
@@ -64,6 +66,50 @@ def _ordered_part(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
         return False
     it = iter(long)
     return all(word in it for word in short)
+
+
+_FEMALE_PATRONYMIC = re.compile(r"(?:овна|евна|ична|инична)$")
+
+
+def _patronymic_stem(word: str) -> str | None:
+    """The father's name a Russian patronymic is made of («ивановна», «иваныч» ->
+    «иван»), None for another word."""
+    for ending in ("овна", "евна", "ович", "евич", "ыч", "ична", "ич"):
+        if len(word) > len(ending) + 2 and word.endswith(ending):
+            return word[: -len(ending)]
+    return None
+
+
+def _first_name_pairs(names: dict[str, int], keys: dict[str, tuple], gender: dict[str, str | None],
+                      merges: dict[str, str], ambiguous: dict[str, list[str]]) -> None:
+    """First name and patronymic, and first name and surname, of one person in a Russian
+    novel: «Марья Ивановна» (158 mentions) and «Марья Миронова» (2, «Маша Миронова» 1)
+    never meet in one name. When the file says a first name with exactly one patronymic
+    and exactly one surname, the two are one person and the rarer joins the commoner;
+    a first name said with two patronymics («Иван Кузмич», «Иван Игнатьич») or two
+    surnames stays apart. A second word made of the patronymic's father's name is the
+    patronymic said the old way or lemmatised wrong («Марья Иванова», «Марья Ивановная»),
+    not a surname."""
+    groups: dict[str, dict[str, set[str]]] = defaultdict(lambda: {"patronymic": set(), "surname": set()})
+    for n in names:
+        if n in merges or n in ambiguous or len(keys[n]) != 2 or not re.fullmatch(r"[а-я ]+", n):
+            continue
+        groups[keys[n][0]]["patronymic" if _patronymic_stem(n.split()[-1]) else "surname"].add(n)
+    for group in groups.values():
+        stems = {_patronymic_stem(p.split()[-1]) for p in group["patronymic"]}
+        old_style = {s for s in group["surname"] if any(s.split()[-1].startswith(t) for t in stems if t)}
+        patronymic_keys = {keys[p][1] for p in group["patronymic"]}
+        surnames = group["surname"] - old_style
+        if len(patronymic_keys) != 1 or len(surnames) != 1:
+            continue
+        (surname,) = surnames
+        patronymic = max(group["patronymic"], key=lambda p: (names[p], p))
+        if not gender_compatible(gender[surname], gender[patronymic]):
+            continue
+        rare, common = sorted((surname, patronymic), key=lambda m: (names[m], m))
+        merges[rare] = common
+        for m in old_style:
+            merges[m] = common
 
 
 def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -88,6 +134,11 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
                          and n[:-len(e)] in names and names[n[:-len(e)]] >= names[n]), None)
             if stem:
                 keys[n] = keys[stem]
+            # a surname cut short as a nickname: «Пугач» (2) is «Пугачёв» (197); not a first
+            # name («Иван» beside an «Иванов») and only beside a surname said ten times as often
+            full = next((n + e for e in ("ев", "ов", "ин") if names.get(n + e, 0) >= 10 * names[n]), None)
+            if full and first_name_gender(n) is None and not _patronymic_stem(n):
+                keys[n] = keys[full]
     merges: dict[str, str] = {}
     ambiguous: dict[str, list[str]] = {}
     # same words, same gender (or none told): one class, named by its most mentioned name
@@ -130,9 +181,15 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         maximal = [m for m in longer if not any(_ordered_part(keys[m], keys[o]) for o in longer)]
         # a tagger's one-off beside a real full name does not make a name shared:
         # "Sometimes Holmes" (2) beside "Sherlock Holmes" (20) had "Holmes" (436)
-        # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts
-        top = max(names[m] for m in maximal)
-        maximal = [m for m in maximal if names[m] * 8 >= top]
+        # dropped as ambiguous; "Mary Holder" (1) beside "Mary Sutherland" (6) still counts.
+        # A full name weighs with the shorter names only it extends: «Петр Андреевич
+        # Гринев» is said 3 times but «Петр Андреич» 67, and «Петруша» (11) had been left
+        # ambiguous between him and five passing Петры said once each
+        weight = {m: names[m] + sum(names[h] for h in longer if _ordered_part(keys[h], keys[m])
+                                    and not any(_ordered_part(keys[h], keys[o]) for o in maximal if o != m))
+                  for m in maximal}
+        top = max(weight.values())
+        maximal = [m for m in maximal if weight[m] * 8 >= top]
         if len(maximal) > 1 and names[n] >= RARE_FULL_NAMES * sum(names[m] for m in maximal):
             # full names this rare beside the short one are variants said in passing, not
             # rivals: «Пугачёв» (156 mentions in «Капитанская дочка») beside «Емельян
@@ -148,8 +205,12 @@ def plan_file_merges(names: dict[str, int]) -> tuple[dict[str, str], dict[str, l
         # her mother, beside "Mr.", "Mrs." and "Miss Rucastle"
         # and unless the short name is said hundreds of times (the book's own "Alice", 387,
         # beside a passing "Alice Rucastle")
-        elif names[maximal[0]] > 1 or names[n] < 5 or (keys[n] not in family and names[n] < ONE_OFF_CLAIMS):
+        # A lone patronymic names one man however often it is said: «Савельич» (122) is
+        # «Архип Савельич», said once
+        elif names[maximal[0]] > 1 or names[n] < 5 or (keys[n] not in family and names[n] < ONE_OFF_CLAIMS) \
+                or (len(keys[n]) == 1 and keys[n][0].endswith("~")):
             merges[n] = maximal[0]
+    _first_name_pairs(names, keys, gender, merges, ambiguous)
 
     def final(n: str) -> str:
         seen = {n}
