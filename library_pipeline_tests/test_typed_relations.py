@@ -140,3 +140,73 @@ def test_russian_lead_words_are_not_part_of_a_name():
     assert without_lead_words("Тут Василиса Егоровна", morph) == "Василиса Егоровна"
     assert without_lead_words("Марья Ивановна", morph) == "Марья Ивановна"
     assert without_lead_words("Алексей Иваныч", morph) == "Алексей Иваныч"
+
+
+@pytest.mark.parametrize("sentence, expected", [
+    # speech with its addressee after "to"
+    ("“Take some more tea,” the March Hare said to Alice, very earnestly.",
+     ("March Hare", "associate_of", "Alice", "said to")),
+    ("Alice whispered to the Gryphon.", ("Alice", "associate_of", "Gryphon", "whispered to")),
+    # a name said to someone in the quotation before the speech verb
+    ("“It’s no use, John Clay,” said Holmes blandly.", ("Holmes", "associate_of", "John Clay", "said to")),
+    ("“There is one other thing you owe, Mr. Holder,” said Sherlock Holmes rather sternly.",
+     ("Holmes", "associate_of", "Mr. Holder", "said to")),
+    # marriage, said of the couple
+    ("Mr. Fowler and Miss Rucastle were married, by special license, in Southampton the day after their flight.",
+     ("Mr. Fowler", "family_of", "Miss Rucastle", "married")),
+    # a person going to a place was there
+    ("When I came down, Mr. Rucastle met me here and drove me in his dog-cart to the Copper Beeches.",
+     ("Mr. Rucastle", "located_in", "Copper Beeches", "drove to")),
+])
+def test_people_dealing_with_people(sentence, expected):
+    assert expected in typed(sentence)
+
+
+@pytest.mark.parametrize("sentence", [
+    # an introduction: Windibank is named to someone else, not spoken to
+    "“This is the girl’s stepfather, Mr. James Windibank,” said Holmes.",
+    # a chapter title before a cry is no speaker, the cry no addressee
+    "The Pool of Tears\n\n“Curiouser and curiouser!” cried Alice",
+])
+def test_names_not_spoken_to(sentence):
+    assert not any(rel == "associate_of" for _, rel, _ in relations(sentence))
+
+
+def test_a_pair_related_with_a_type_is_not_also_a_cooccurrence():
+    graph = english_graphs(["“Take some more tea,” the March Hare said to Alice, very earnestly."])[0]
+    assert [e.extractor for e in graph.edges] == ["dependency"]
+
+
+def russian_typed(sentence: str) -> set[tuple[str, str, str, str]]:
+    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+
+    graph = russian_graphs([sentence])[0]
+    return {(e.source, e.relation, e.target, e.relation_raw) for e in graph.edges if e.extractor != "cooccurrence"}
+
+
+@pytest.mark.parametrize("sentence, expected", [
+    # the name said in the quotation before the author's remark, a form of address before it
+    ("— Помилуй, батюшка Петр Андреич! — сказал Савельич.", ("Савельич", "associate_of", "Пётр Андреич", "сказал")),
+    ("— «Нет, Петр Андреич, — отвечала Маша, — я не выйду за тебя без благословения твоих родителей.",
+     ("Маша", "associate_of", "Пётр Андреич", "отвечала")),
+    # a verb with a person as its object
+    ("Василиса Егоровна, не видя мужа, вторично послала за ним Палашку.",
+     ("Василиса Егоровна", "associate_of", "Палашка", "послала")),
+    # kin noun with a person after «с»
+    ("Обедал почти всегда у коменданта, где обыкновенно проводил остаток дня и куда вечерком иногда являлся "
+     "отец Герасим с женою Акулиной Памфиловной, первою вестовщицею во всем околотке.",
+     ("Акулина Памфиловна", "family_of", "Герасим", "жена")),
+    # a person arriving in a place was there
+    ("Марья Ивановна благополучно прибыла в Софию и, узнав на почтовом дворе, что Двор находился в то время "
+     "в Царском Селе, решилась тут остановиться.", ("Марья Ивановна", "located_in", "София", "прибыла в")),
+])
+def test_russian_relations_from_the_parse(sentence, expected):
+    assert expected in russian_typed(sentence)
+
+
+def test_russian_imperative_is_no_person():
+    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+
+    graph = russian_graphs(["— Дочитывай, — сказал Пугачев."])[0]
+    assert {name for name, _ in graph.mentions} == {"Пугачёв"}
+    assert not russian_typed("— Дочитывай, — сказал Пугачев.")

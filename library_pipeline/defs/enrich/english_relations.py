@@ -9,6 +9,7 @@ under 400 lines.
 
 from __future__ import annotations
 
+from library_pipeline.defs.enrich.english_people import people_patterns
 from library_pipeline.defs.enrich.passage_graph import HONORIFIC, Edge, clean_name
 from serving.ontology import KIN_WORDS, SOCIAL_WORDS, relation_type
 
@@ -37,7 +38,6 @@ VAGUE_NOUNS = {"man", "woman", "thing", "one", "person", "fellow", "creature", "
                "type", "number", "couple", "pair", "factor", "myth", "money", "experience", "idea", "little", "good",
                "great", "few", "piece", "moment", "day", "place", "name", "sign", "question", "lady", "gentleman",
                "people", "boy", "girl", "child"}
-# the last word of a place's name, which the small model tags as a person's
 
 
 def _entity_of(token, spans) -> object | None:
@@ -168,6 +168,7 @@ def english_patterns(sent, named, evidence: str) -> list[Edge]:
                 (xn, xl), (yn, yl) = names[id(x)], names[id(y)]
                 edges.append(Edge(xn, xl, token.text.lower(), yn, yl, evidence, "dependency"))
     edges.extend(_typed_patterns(sent, spans, names, evidence))
+    edges.extend(people_patterns(sent, spans, names, evidence, _entity_of))
     return edges
 
 

@@ -25,10 +25,12 @@ from library_pipeline.defs.enrich.passage_graph import (
     person_name,
     rank_of,
     tidy_person,
+    typed_over_cooccurrence,
 )
 
 # spaCy labels that are values, not things
 SKIP_LABELS = {"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"}
+# the last word of a place's name, which the small model tags as a person's
 PLACE_HEADS = {"street", "lane", "square", "dock", "docks", "inn", "manor", "road", "bridge", "station", "hall",
                "lodge", "court", "terrace", "gardens", "row", "abbey", "grange", "cottage", "house", "place", "hotel",
                "church", "chapel", "wharf", "park", "crescent", "avenue", "villa", "farm"}
@@ -153,7 +155,7 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
             graph.edges.extend(english_patterns(sent, named, evidence))
             graph.edges.extend(ranked)
             cooccur(graph, [(n, label) for _, n, label in named], evidence)
-        out.append(graph)
+        out.append(typed_over_cooccurrence(graph))
     return out
 
 

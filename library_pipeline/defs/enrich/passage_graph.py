@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from library_pipeline.defs.enrich.gender import form_gender
-from serving.ontology import FORM_OF_ADDRESS
+from serving.ontology import FORM_OF_ADDRESS, RELATION_TYPES, relation_type
 
 MAX_PER_SENTENCE = 6          # co-occurrence pairs grow quadratically; lists of names add noise, not edges
 
@@ -129,3 +129,14 @@ def cooccur(graph: PassageGraph, named: list[tuple[str, str]], evidence: str) ->
     for (a, al), (b, bl) in combinations(items, 2):
         if a.lower() != b.lower():
             graph.edges.append(Edge(a, al, "co-occurs with", b, bl, evidence, "cooccurrence"))
+
+
+def typed_over_cooccurrence(graph: PassageGraph) -> PassageGraph:
+    """The passage's co-occurrence edges without the pairs it also relates with a type:
+    "the March Hare said to Alice" is one associate_of row, not that and a related_to
+    beside it (each pair's related_to row was a second, untyped row for the same fact)."""
+    typed = {frozenset((e.source, e.target)) for e in graph.edges if e.extractor != "cooccurrence"
+             and (e.relation if e.relation in RELATION_TYPES else relation_type(e.relation_raw)) != "related_to"}
+    graph.edges = [e for e in graph.edges
+                   if e.extractor != "cooccurrence" or frozenset((e.source, e.target)) not in typed]
+    return graph
