@@ -71,6 +71,12 @@ def test_kin_with_both_people_named_gives_family_of(sentence, expected):
     assert expected in raws
 
 
+def test_kin_of_a_name_the_tagger_called_an_organisation():
+    # "the Duke of Balmoral" is an ORG to the small model here
+    assert ("Robert Walsingham de Vere St. Simon", "family_of", "Duke of Balmoral") in relations(
+        "“‘Lord Robert Walsingham de Vere St. Simon, second son of the Duke of Balmoral.’")
+
+
 def test_kin_direction_is_the_relative_towards_the_other():
     rows = relations("Alexander Holder's son Arthur stole the coronet.")
     assert ("Arthur", "family_of", "Alexander Holder") in rows

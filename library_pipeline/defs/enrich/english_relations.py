@@ -106,7 +106,10 @@ def _tie(noun, subject_entity, other_entity, names, evidence) -> Edge | None:
     if relation is None or subject_entity is None or other_entity is None or subject_entity is other_entity:
         return None
     (xn, xl), (yn, yl) = names[id(subject_entity)], names[id(other_entity)]
-    if xl != "PERSON" or yl != "PERSON" or xn.lower() == yn.lower():
+    # the kin of a person is a person whatever the tagger called the name: "the only
+    # daughter of [Aloysius Doran]" was an organisation in the Holmes stories' passage
+    other_labels = ("PERSON", "ORG", "WORK_OF_ART", "PRODUCT") if relation == "family_of" else ("PERSON",)
+    if xl != "PERSON" or yl not in other_labels or xn.lower() == yn.lower():
         return None
     return Edge(xn, xl, f"{noun.lower_} of", yn, yl, evidence, "pattern", relation)
 
