@@ -53,8 +53,9 @@ MOTION_VERBS = {"go", "come", "return", "travel", "drive", "arrive", "walk", "ru
                 "hurry", "journey", "proceed", "set", "start", "get", "escape", "flee", "emigrate", "retire", "hasten",
                 "rush", "wander", "settle", "work", "spend", "meet", "remain", "stop", "call", "live", "stay", "dwell",
                 "reside", "lodge", "be", "sleep", "dine", "wait", "sit", "stand", "lie"}
-MOTION_PREPS = {"to", "from", "at", "into", "in", "near", "towards", "toward", "through", "round", "around"}
-PLACE_OBJECT_VERBS = {"visit", "reach", "leave", "enter", "quit", "approach", "tour", "inhabit", "occupy"}
+# (not "towards" or "near": one heading for a place or near it is not there)
+MOTION_PREPS = {"to", "from", "at", "into", "in", "through", "round", "around"}
+PLACE_OBJECT_VERBS = {"visit", "reach", "leave", "enter", "quit", "tour", "inhabit", "occupy"}
 PLACE_LABELS = {"GPE", "LOC", "FAC"}
 FAMILY_VERBS = {"marry", "wed"}
 FAMILY_PREP_VERBS = {("engage", "to"), ("marry", "to"), ("betroth", "to")}
