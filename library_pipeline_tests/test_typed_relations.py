@@ -210,6 +210,12 @@ def test_russian_relations_from_the_parse(sentence, expected):
     assert expected in russian_typed(sentence)
 
 
+def test_russian_person_after_k_or_s():
+    rows = russian_typed("С этим словом она встала и вошла в крытую аллею, а Марья Ивановна возвратилась к Анне "
+                         "Власьевне, исполненная радостной надежды.")
+    assert any((a, rel, raw) == ("Марья Ивановна", "associate_of", "возвратилась к") for a, rel, _, raw in rows)
+
+
 def test_russian_imperative_is_no_person():
     from library_pipeline.defs.enrich.extract_russian import russian_graphs
 

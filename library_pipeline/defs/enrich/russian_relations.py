@@ -10,7 +10,8 @@ co-occurrence (153 of 157 rows) while the text says «Пугачев спрос�
 - a kin or social noun in apposition to a person with a person in the genitive
   («Марья Ивановна, дочь капитана Миронова») -> family_of / associate_of, raw the noun;
 - a person the subject of a verb with a place after «в», «на», «из» («жил в
-  Оренбурге», «приехал из Симбирска») -> located_in, raw the verb and preposition.
+  Оренбурге», «приехал из Симбирска») -> located_in, with a person after «с», «к», «у»
+  («возвратилась к Анне Власьевне») -> associate_of, raw the verb and preposition.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ SPEECH_VERBS = {"сказать", "говорить", "отвечать", "от�
 _OPEN = {",", "«", "—", "–", "-", "„", "“", "!"}
 _CLOSE = {",", "!", "?", "—", "–", "»", "“", "”", "."}
 PLACE_PREPS = {"в", "во", "на", "из", "изо"}
+# a person's verb with another person after «с» (with), «к» (to) or «у» (at someone's):
+# the two deal with each other; not «про», «о», «от» (talked about, fled from)
+WITH_PREPS = {"с", "со", "к", "ко", "у"}
 _PERSON, _PLACES = "PER", {"LOC"}
 
 
@@ -95,6 +99,10 @@ def russian_patterns(tokens, named: list[tuple[object, str, str]], morph, eviden
                 if case and case[0] in PLACE_PREPS and y is not None and y[1] in _PLACES:
                     for x in subjects:
                         add(x, f"{token.text.lower()} {case[0]}", y, "located_in")
+                elif case and case[0] in WITH_PREPS and y is not None and y[1] == _PERSON:
+                    # «подрался в бане с Устиньей Негулиной», «возвратилась к Анне Власьевне»
+                    for x in subjects:
+                        add(x, f"{token.text.lower()} {case[0]}", y, "associate_of")
     # «Марья Ивановна, дочь капитана Миронова» / «дочь капитана Миронова, Марья Ивановна»
     for noun in tokens:
         if noun.pos != "NOUN":
