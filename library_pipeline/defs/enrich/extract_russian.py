@@ -88,12 +88,19 @@ def lemmatise_russian(name: str, morph) -> str:
         if first is not None:
             gender = first.tag.gender
             break
+    # a name whose last word is declined («Анне Власьевне») is declined throughout: the
+    # indeclinable reading of «Анне» (a name of its own to pymorphy3) had kept «Анне
+    # Власьевна» apart from «Анна Власьевна»
+    last = next((p for p in morph.parse(name.split()[-1]) if any(t in p.tag for t in _NAME_TAGS)), None)
+    declined = len(name.split()) > 1 and last is not None and "nomn" not in last.tag
     for word in name.split():
         if not re.search(r"[А-Яа-яЁё]", word):
             words.append(word)
             continue
         parses = morph.parse(word)
         named = [p for p in parses if any(t in p.tag for t in _NAME_TAGS)]
+        if declined:
+            named = [p for p in named if "Fixd" not in p.tag] or named
         named = [p for p in named if p.tag.number != "plur"] or named  # «Швабрин», not «Швабрины»
         if gender is not None:
             named = [p for p in named if p.tag.gender in (gender, None)] or named
