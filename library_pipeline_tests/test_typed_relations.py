@@ -222,3 +222,9 @@ def test_russian_imperative_is_no_person():
     graph = russian_graphs(["— Дочитывай, — сказал Пугачев."])[0]
     assert {name for name, _ in graph.mentions} == {"Пугачёв"}
     assert not russian_typed("— Дочитывай, — сказал Пугачев.")
+
+
+def test_one_fact_is_one_edge_per_sentence():
+    # read both as a person's verb "in" a place and as a stay; kg_store counts edges as sentences
+    graph = english_graphs(["“When Dr. Roylott was in India he married my mother."])[0]
+    assert [e.relation for e in graph.edges].count("located_in") == 1

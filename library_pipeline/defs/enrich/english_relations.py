@@ -172,7 +172,12 @@ def english_patterns(sent, named, evidence: str) -> list[Edge]:
                 edges.append(Edge(xn, xl, token.text.lower(), yn, yl, evidence, "dependency"))
     edges.extend(_typed_patterns(sent, spans, names, evidence))
     edges.extend(people_patterns(sent, spans, names, evidence, _entity_of))
-    return edges
+    # one fact once per sentence: "Dr. Roylott was in India" is read both as a person's
+    # verb "in" a place and as a stay, and kg_store counts every edge as a sentence
+    unique: dict[tuple, Edge] = {}
+    for e in edges:
+        unique.setdefault((e.source, e.relation, e.relation_raw, e.target), e)
+    return list(unique.values())
 
 
 def _typed_patterns(sent, spans, names, evidence: str) -> list[Edge]:
