@@ -130,7 +130,12 @@ def russian_patterns(tokens, named: list[tuple[object, str, str]], morph, eviden
         for x in people:
             for y in others:
                 add(x, word, y, relation)
-    return edges
+    # one fact once per sentence (a dative read both as the verb's object and as the
+    # one spoken to): kg_store counts every edge as a sentence
+    unique: dict[tuple, Edge] = {}
+    for e in edges:
+        unique.setdefault((e.source, e.relation, e.relation_raw, e.target), e)
+    return list(unique.values())
 
 
 def _addressed(tokens, verb, named, morph) -> list[tuple[str, str]]:
