@@ -108,7 +108,8 @@ def test_harness_scores_the_serving_search(tiny_index, embedder):
                                   progress=False)
     # each query has exactly one relevant document and every lane puts it first:
     # nDCG@10 = MRR@10 = R@100 = 1, P@5 = 1/5
-    assert set(result.configs) == {"vector", "multilingual", "keyword", "fused-no-title", "fused-rrf", "fused"}
+    assert set(result.configs) == {"vector", "multilingual", "keyword", "fused-no-title", "fused-rrf", "fused-convex",
+                                   "fused"}
     for name, m in {**result.configs, "bm25s": result.bm25s}.items():
         assert m["ndcg@10"] == pytest.approx(1.0), name
         assert m["mrr@10"] == pytest.approx(1.0), name

@@ -20,7 +20,10 @@ def test_shipped_description_names_the_default_lanes_and_fusion():
     cfg = SearchConfig()
     for lane in LANES:
         assert (f'"{lane}"' in SEARCH_DESCRIPTION.split("Arguments:")[0]) == getattr(cfg, lane), lane
-    if cfg.fusion == "convex":
+    if cfg.fusion == "calibrated":
+        assert "probability of relevance" in SEARCH_DESCRIPTION and "reciprocal" not in SEARCH_DESCRIPTION
+        assert f"up to {cfg.title_weight:g} from a title match" in SEARCH_DESCRIPTION
+    elif cfg.fusion == "convex":
         assert "reciprocal" not in SEARCH_DESCRIPTION and "normalised score" in SEARCH_DESCRIPTION
         assert f"up to {cfg.title_weight:g} from a title match" in SEARCH_DESCRIPTION
     else:
@@ -32,5 +35,6 @@ def test_description_follows_the_configuration():
     head = rrf.split("Arguments:")[0]
     assert "reciprocal-rank fusion" in head and "normalised score" not in head
     assert '"multilingual"' not in head and '"structure"' not in head and '"keyword"' in head
-    blind = search_description(dataclasses.replace(SearchConfig(), language_aware=False))
-    assert "by language" not in blind and "by language" in SEARCH_DESCRIPTION
+    convex = search_description(dataclasses.replace(SearchConfig(), fusion="convex"))
+    blind = search_description(dataclasses.replace(SearchConfig(), fusion="convex", language_aware=False))
+    assert "by language" not in blind and "by language" in convex and "normalised score" in convex

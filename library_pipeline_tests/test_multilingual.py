@@ -42,6 +42,11 @@ QUESTIONS = [
     ("Что было написано на бутылочке, которую нашла Алиса?", ALICE, "DRINK ME"),
 ]
 
+# an English question whose answer is in the English book: under min-max fusion the
+# Russian book's best multilingual hit was worth as much as the answer (the example
+# library put «Капитанская дочка» first for it); calibrated, no Cyrillic passage comes near
+ENGLISH = [("What did the White Rabbit take out of its waistcoat-pocket?", ALICE, "watch")]
+
 
 def _alice_text() -> str:
     """The example library's Alice EPUB as plain text, from chapter I (the pipeline's own EPUB
@@ -116,6 +121,21 @@ def test_questions_find_the_right_passage_first(library, embedder, question, boo
     assert "multilingual" in top.lanes, top.lanes
     # a Russian question: the English-only model is left out
     assert resp.query_language == "ru" and resp.stages["vector"].startswith("skipped"), resp.stages
+
+
+@pytest.mark.parametrize("question,book,needle", ENGLISH)
+def test_english_question_keeps_the_other_script_out_of_its_top(library, embedder, question, book, needle):
+    from serving.search.language import script
+
+    db, _ = library
+    with db.connect() as conn:
+        resp = search(conn, embedder, question, top_k=5)
+    assert resp.stages["fusion"].startswith("ok: calibrated"), resp.stages["fusion"]
+    top = resp.results[0]
+    assert top.path == book and needle in top.text, [(r.path, r.text[:80]) for r in resp.results]
+    assert [script(r.text[:300]) for r in resp.results].count("cyrillic") == 0, [r.path for r in resp.results]
+    # the English passage is scored by every lane that reads it, each lane's term kept
+    assert {"vector", "keyword"} <= set(top.lane_scores), top.lane_scores
 
 
 def test_english_only_model_alone_cannot_answer_the_russian_question(library, embedder):
@@ -284,7 +304,7 @@ def test_setting_is_validated(monkeypatch):
 
 
 def test_mcp_answers_russian_questions_about_both_books(library, tmp_path):
-    """The same questions over MCP, with the real client and the server as agents start it."""
+    """The same questions (and the English one) over MCP, with the real client and the server as agents start it."""
     db, _ = library
     env = {"LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "LIBRARY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)}
@@ -298,6 +318,11 @@ def test_mcp_answers_russian_questions_about_both_books(library, tmp_path):
                 top = found.structured_content["results"][0]
                 assert top["path"] == book and needle in top["text"], (question, top["path"], top["text"][:120])
                 assert "multilingual" in top["lanes"]
+            for question, book, needle in ENGLISH:
+                found = await client.call_tool("library_search", {"query": question, "top_k": 3})
+                paths = [r["path"] for r in found.structured_content["results"]]
+                assert paths[0] == book and needle in found.structured_content["results"][0]["text"], paths
+                assert PUSHKIN not in paths, paths
 
     asyncio.run(run())
 

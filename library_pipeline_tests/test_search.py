@@ -5,6 +5,7 @@ Real Postgres (embedded), real MiniLM, real text (search_fixtures.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -68,17 +69,29 @@ def test_every_result_explains_its_fused_score(conn, embedder):
     response = search(conn, embedder, "whale ship harpooneer", top_k=10, config=cfg)
     weights = {"vector": cfg.vector_weight, "keyword": cfg.keyword_weight, "title": cfg.title_weight,
                "structure": cfg.structure_weight}
-    assert response.score_kind == "convex"
+    assert response.score_kind == "calibrated", response.stages
+    graded = cfg.vector_weight + cfg.keyword_weight
     for r in response.results:
+        assert r.lanes and set(r.lanes) <= set(weights) | {"multilingual"}
+        # every lane that reads the passage has its say, whether or not it returned it
+        assert set(r.lane_scores) <= set(weights) | {"multilingual"} and r.lane_scores
+        assert all(v >= 0.0 for v in r.lane_scores.values())
+        assert sum(v for lane, v in r.lane_scores.items() if lane not in ("title", "structure")) <= graded
+        assert math.isclose(r.score, sum(r.lane_scores.values()), rel_tol=1e-9)
+    convex = search(conn, embedder, "whale ship harpooneer", top_k=10,
+                    config=dataclasses.replace(cfg, fusion="convex"))
+    assert convex.score_kind == "convex"
+    for r in convex.results:
         assert r.lanes and set(r.lanes) <= set(weights) and set(r.lane_scores) == set(r.lanes)
         assert all(0.0 <= r.lane_scores[lane] <= weights[lane] for lane in r.lanes)
         assert math.isclose(r.score, sum(r.lane_scores.values()), rel_tol=1e-9)
-    # each graded lane's best passage carries that lane's whole weight
+    # under the convex rule each graded lane's best passage carries that lane's whole weight
     for lane in ("vector", "keyword"):
-        firsts = [r for r in response.results if r.lanes.get(lane) == 1]
+        firsts = [r for r in convex.results if r.lanes.get(lane) == 1]
         assert firsts and math.isclose(firsts[0].lane_scores[lane], weights[lane])
-    scores = [r.score for r in response.results]
-    assert scores == sorted(scores, reverse=True)
+    for answer in (response, convex):
+        scores = [r.score for r in answer.results]
+        assert scores == sorted(scores, reverse=True)
 
     rrf = search(conn, embedder, "whale ship harpooneer", top_k=10, config=SearchConfig(fusion="rrf"))
     assert rrf.score_kind == "rrf" and rrf.stages["fusion"].startswith("ok: weighted RRF")
@@ -115,11 +128,14 @@ def test_title_weight_is_load_bearing(conn, embedder):
     query = "pushkin kapitanskaya dochka whale"
     weighted = search(conn, embedder, query, top_k=3, config=SearchConfig(title_weight=2.0))
     assert weighted.results[0].path == PUSHKIN and weighted.results[0].lanes["title"] == 1
-    flat = search(conn, embedder, query, top_k=3, config=SearchConfig(title_weight=1.0))
-    assert flat.results[0].path == MOBY
     no_title = search(conn, embedder, query, top_k=10, config=SearchConfig(title=False))
     assert no_title.stages["title"] == "off"
     assert all("title" not in r.lanes for r in no_title.results)
+    assert no_title.results[0].path == MOBY
+    # a title match counts its weight, no more: at half the best content score it loses
+    flat = search(conn, embedder, query, top_k=3,
+                  config=SearchConfig(title_weight=no_title.results[0].score / 2))
+    assert flat.results[0].path == MOBY
 
 
 def test_bm25_ranks_passages_holding_more_rare_terms_first(conn, embedder):

@@ -83,13 +83,13 @@ def test_reranker_comes_from_the_environment(conn, embedder, tiny_model, monkeyp
     response = search(conn, embedder, "Sherlock Holmes", top_k=3)
     assert response.score_kind == "cross-encoder"
     off = search(conn, embedder, "Sherlock Holmes", top_k=3, config=SearchConfig(rerank=False))
-    assert off.stages["rerank"] == "off" and off.score_kind == "convex"
+    assert off.stages["rerank"] == "off" and off.score_kind == "calibrated"
 
 
 def test_unloadable_reranker_is_reported_not_fatal(conn, embedder, tmp_path, monkeypatch):
     monkeypatch.setenv(rerank.ENV, str(tmp_path / "no-such-model"))
     response = search(conn, embedder, "Sherlock Holmes", top_k=3)
-    assert response.results and response.score_kind == "convex"
+    assert response.results and response.score_kind == "calibrated"
     assert response.stages["rerank"].startswith("skipped: LIBRARY_RERANKER is set but the model failed to load")
 
 
@@ -114,7 +114,7 @@ def test_uniform_cross_encoder_scores_open_the_breaker(db, embedder, test_data, 
     with db.connect() as other:  # another connection (process) sees the same state
         bypassed = search(other, embedder, "whale ship", top_k=5, reranker=degenerate)
         assert bypassed.stages["rerank"].startswith("skipped: circuit open after 3 degenerate results")
-        assert bypassed.score_kind == "convex" and bypassed.results
+        assert bypassed.score_kind == "calibrated" and bypassed.results
         row = other.execute("SELECT consecutive, degenerate_total, last_reason FROM search_breaker "
                             "WHERE component = 'rerank'").fetchone()
         assert row[0] == 3 and row[1] == 3 and "uniform cross-encoder scores" in row[2]

@@ -33,7 +33,15 @@ def search_description(config: SearchConfig | None = None) -> str:
     (lanes, fusion, weights), so the text cannot drift from what the code does."""
     cfg = config or SearchConfig()
     lanes = ", ".join(LANE_TEXT[lane] for lane in LANES if getattr(cfg, lane))
-    if cfg.fusion == "convex":
+    if cfg.fusion == "calibrated":
+        graded = cfg.vector_weight + cfg.keyword_weight
+        fusion = ("fused as a probability of relevance: every candidate is scored by every lane that can "
+                  "read it (each model's similarity against the library's background, BM25 as a share of what "
+                  "the query's terms could score), so a passage in another language must beat same-language "
+                  "ones on that one scale")
+        scores = (f'under score_kind "calibrated" a score is {graded:g} x that probability, plus up to '
+                  f"{cfg.title_weight:g} from a title match; 1 or more is a likely answer")
+    elif cfg.fusion == "convex":
         fusion = ("fused by adding each lane's min-max normalised score times its weight"
                   + (", trusting lanes per query by language (a lane that cannot read the query's "
                      "language, or keyword hits in another script, count nothing)" if cfg.language_aware else ""))

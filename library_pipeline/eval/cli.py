@@ -75,7 +75,7 @@ def beir(
     out: Path = typer.Option(None, "--out", help="JSON results file (default: eval-<dataset>-<split>.json)."),
     configs: str = typer.Option(None, "--configs",
                                 help="Comma-separated configurations (default: all available): vector, multilingual, keyword, "
-                                     "fused-no-title, fused-rrf, fused, fused+rerank."),
+                                     "fused-no-title, fused-rrf, fused-convex, fused, fused+rerank."),
     markdown: Path = typer.Option(None, "--markdown", help="Markdown table file (default: beside --out, .md)."),
     plot: Path = typer.Option(None, "--plot", help="PNG chart (default: beside --out, .png)."),
     max_queries: int = typer.Option(0, "--max-queries", min=0, help="Score only the first N queries (smoke runs)."),

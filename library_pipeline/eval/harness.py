@@ -53,6 +53,7 @@ def standard_configs(reranker_available: bool | None = None) -> dict[str, Search
         "keyword": SearchConfig.only("keyword", **base),
         "fused-no-title": SearchConfig(title=False, rerank=False, label="fused-no-title", **base),
         "fused-rrf": SearchConfig(fusion="rrf", rerank=False, label="fused-rrf", **base),
+        "fused-convex": SearchConfig(fusion="convex", rerank=False, label="fused-convex", **base),
         "fused": SearchConfig(rerank=False, label="fused", **base),
     }
     if reranker_available is None:
@@ -63,7 +64,8 @@ def standard_configs(reranker_available: bool | None = None) -> dict[str, Search
 
 
 CONFIG_HELP = ("vector, multilingual, keyword, fused-no-title (title lane off), fused-rrf (rank fusion instead of "
-               "score fusion), fused (all lanes, the default), "
+               "score fusion), fused-convex (min-max normalised scores instead of calibrated), "
+               "fused (all lanes, the default), "
                "fused+rerank (needs LIBRARY_RERANKER)")
 
 

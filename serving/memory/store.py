@@ -49,7 +49,10 @@ __all__ = ["MAX_CHUNKS", "MAX_CONTENT_CHARS", "MEMORY_SEARCH_CONFIG", "MemoryInp
            "forget_memory", "get_memory", "index_memory", "parse_memory_filter", "search_memory"]
 
 MAX_CHUNKS = 400
-MEMORY_SEARCH_CONFIG = SearchConfig(title=False, structure=False, summaries=False, label="memory")
+# Memories keep the convex rule: the thread-neighbour shares of serving/memory/context.py
+# were tuned on its score scale (LoCoMo), and the calibrated fusion's models were fitted on
+# documents, not on one-line conversation turns.
+MEMORY_SEARCH_CONFIG = SearchConfig(title=False, structure=False, summaries=False, fusion="convex", label="memory")
 
 
 def memory_language(text: str) -> str:

@@ -39,11 +39,13 @@ import psycopg
 from serving.embedding import Embedder, embed_text_for_passage, embedder_languages, multilingual_embedder
 from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
 from serving.search import health
+from serving.search.calibration import (Probe, bm25_ceiling, calibrated_fusion, keyword_evidence, pool_evidence,
+                                       readers_of)
 from serving.search.doclanes import structure_lane, title_lane
 from serving.search.filters import passage_predicate, resolve_paths
 from serving.search.fusion import Fused, fuse, lane_weight
 from serving.search.keyword import corpus_configs, keyword_lane, query_lexemes
-from serving.search.language import query_language, script
+from serving.search.language import query_language, script, word_scripts
 from serving.search.lanes import LaneHits
 from serving.search.query import normalise_query, validate_top_k
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
@@ -321,18 +323,53 @@ def _fuse(call: _Call) -> None:
     the fused pool, and each lane's status as fusion left it."""
     cfg, stages = call.cfg, call.stages
     t = time.perf_counter()
-    scripts: dict[int, str] = {}
-    if cfg.language_aware and call.mvh:
-        scripts = passage_scripts(call.conn, sorted({pid for h, _ in call.lanes
-                                                     if h.name in ("vector", "keyword", "multilingual")
-                                                     for pid in h.ids}))
-    call.fused, call.lanes, stages["fusion"] = fuse(call.lanes, cfg, scripts=scripts, query_script=script(call.text),
-                                                    primary_reads=call.primary_reads,
-                                                    primary_monolingual=call.languages is not None)
+    if cfg.fusion == "calibrated":
+        _calibrated(call)
+    else:
+        scripts: dict[int, str] = {}
+        if cfg.language_aware and call.mvh:
+            scripts = passage_scripts(call.conn, sorted({pid for h, _ in call.lanes
+                                                         if h.name in ("vector", "keyword", "multilingual")
+                                                         for pid in h.ids}))
+        call.fused, call.lanes, stages["fusion"] = fuse(call.lanes, cfg, scripts=scripts,
+                                                        query_script=script(call.text),
+                                                        primary_reads=call.primary_reads,
+                                                        primary_monolingual=call.languages is not None)
     for hits, _ in call.lanes:
         stages[hits.name] = hits.status
     call.timings["fusion"] = _ms(t)
     call.resp.pool_size = len(call.fused)
+
+
+def _calibrated(call: _Call) -> None:
+    """Calibrated fusion (serving/search/calibration.py): every candidate of the graded lanes
+    scored under each model from its stored vector and by BM25, then one P(relevant) each."""
+    cfg = call.cfg
+    pool = sorted({pid for h, _ in call.lanes if h.graded for pid in h.ids})
+    probes = []
+    if call.qvec is not None and cfg.vector:
+        probes.append(Probe("vector", "embedding", call.embedder.name, call.embedder.dims, call.qvec))
+    if call.mvec is not None and call.multi is not None:
+        probes.append(Probe("multilingual", "embedding_multi", call.multi.name, call.multi.dims, call.mvec))
+    zscores, configs, scripts = pool_evidence(call.conn, pool, probes)
+    if cfg.language_aware:
+        readers = readers_of(pool, scripts, script(call.text), primary_reads=call.primary_reads and call.qvec is not None,
+                             primary_monolingual=call.languages is not None, word_scripts=word_scripts(call.text))
+    else:
+        readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}
+    shares: dict[int, float] = {}
+    if call.kw is not None and cfg.keyword:
+        ceiling = bm25_ceiling(call.resp.keyword_trace, call.lexeme_sets, cfg.bm25_k1)
+        # a document-filtered search's keyword lane scores passages alone (no document share)
+        doc_weight = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight
+        shares = keyword_evidence(call.kw, configs, ceiling, doc_weight)
+    else:
+        readers = {pid: lanes - {"keyword"} for pid, lanes in readers.items()}
+    graded = cfg.vector_weight + cfg.keyword_weight
+    call.fused = calibrated_fusion(call.lanes, zscores=zscores, keyword_share=shares, readers=readers,
+                                   k=cfg.rrf_k, graded_weight=graded)
+    call.stages["fusion"] = (f"ok: calibrated P(relevant) from every lane that reads each candidate, x {graded:g}, "
+                             f"plus ranked lanes (k+1)/(k+rank), k={cfg.rrf_k}, over {len(call.fused)} candidates")
 
 
 def _summaries(call: _Call, conn: psycopg.Connection) -> None:

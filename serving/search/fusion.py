@@ -1,9 +1,11 @@
 """Fusion of the lanes, explainable: every fused candidate keeps the rank each
 lane gave it.
 
-Two rules (SearchConfig.fusion):
+Two rules here (SearchConfig.fusion; the default, "calibrated", is in
+serving/search/calibration.py and scores every candidate under every lane that can read
+it):
 
-- "convex" (the default): score(p) = sum over lanes of weight_lane * s_lane(p).
+- "convex": score(p) = sum over lanes of weight_lane * s_lane(p).
   A graded lane (vector: cosine similarity; keyword: BM25) contributes its score
   min-max normalised over the lane's first `depth` hits (1 = the lane's best,
   0 = its depth-th; a lane's hits past its depth clip at 0, so asking for 100

@@ -51,6 +51,13 @@ def script(text: str, limit: int = 600) -> str:
     return "other"
 
 
+def word_scripts(text: str) -> set[str]:
+    """The scripts of a query's words ('latin', 'cyrillic', 'other'): "Пугачев Queequeg"
+    names a passage in either script by its words, whatever its majority script."""
+    found = {script(word) for word in text.split() if len(_LETTER.findall(word)) >= 2}
+    return found - {"none"}
+
+
 def language_script(language: str | None) -> str | None:
     """The script an ISO 639-1 language is written in ('latin', 'cyrillic', 'other'), as
     `script` names a text's; None for no or an undetermined language."""

@@ -168,10 +168,12 @@ class SearchConfig:
     # 20 0.7147 (+0.0068 +- 0.0018 paired). Rank-1 ties keep their structure at any k
     # (title 2/(k+1) = vector + keyword rank 1), so the title weight stands.
     rrf_k: int = 20
-    # "convex": weighted sum of min-max normalised lane scores (measured against RRF in
-    # serving/search/fusion.py); "rrf": weighted reciprocal rank fusion. Under convex, rrf_k
-    # still shapes the ranked lanes (title, structure): (k + 1) / (k + rank).
-    fusion: str = "convex"
+    # "calibrated": every candidate scored by every lane that can read it, one P(relevant)
+    # each (serving/search/calibration.py); "convex": weighted sum of min-max normalised lane scores (measured against RRF
+    # in serving/search/fusion.py); "rrf": weighted reciprocal rank fusion. Under both
+    # calibrated and convex, rrf_k still shapes the ranked lanes (title, structure):
+    # (k + 1) / (k + rank).
+    fusion: str = "calibrated"
     vector_weight: float = 1.0
     keyword_weight: float = 1.0
     # Per-query trust (serving/search/fusion.py trust_factors): the English-only model is
@@ -248,8 +250,8 @@ class SearchConfig:
     label: str = "default"
 
     def __post_init__(self) -> None:
-        if self.fusion not in ("convex", "rrf"):
-            raise ValueError(f"unknown fusion {self.fusion!r}: use 'convex' or 'rrf'")
+        if self.fusion not in ("convex", "rrf", "calibrated"):
+            raise ValueError(f"unknown fusion {self.fusion!r}: use 'calibrated', 'convex' or 'rrf'")
 
     @classmethod
     def only(cls, *lanes: str, **overrides: Any) -> SearchConfig:
@@ -310,7 +312,7 @@ class SearchResponse:
     query: str
     results: list[SearchResult]
     summaries: list[SearchResult] = field(default_factory=list)
-    score_kind: str = "convex"                          # 'convex' | 'rrf' (SearchConfig.fusion) | 'cross-encoder'
+    score_kind: str = "convex"                          # 'calibrated' | 'convex' | 'rrf' (SearchConfig.fusion) | 'cross-encoder'
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "ok: ..." / "skipped: ..." / "off"
     timings: dict[str, float] = field(default_factory=dict)  # stage -> milliseconds
     warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,91 @@
+"""The calibrated fusion's rules (serving/search/calibration.py) on hand-made evidence:
+who may speak for which passage, the BM25 ceiling that keeps a common word from looking
+like a full match, and that a passage in another script must beat same-language ones on
+the one scale - not merely top the only lane that reads it."""
+
+from __future__ import annotations
+
+import math
+
+from serving.search.calibration import (MODELS, bm25_ceiling, calibrated_fusion, keyword_evidence, probability,
+                                       readers_of)
+from serving.search.language import word_scripts
+from serving.search.lanes import LaneHits
+
+
+def test_readers_follow_query_language_and_passage_script():
+    scripts = {1: "latin", 2: "cyrillic", 3: "none"}
+    en = readers_of([1, 2, 3], scripts, "latin", primary_reads=True, primary_monolingual=True)
+    assert en == {1: {"vector", "keyword", "multilingual"}, 2: {"multilingual"},
+                  3: {"vector", "keyword", "multilingual"}}
+    # a Russian query: the English-only model reads nothing, keyword only the Russian text
+    ru = readers_of([1, 2], scripts, "cyrillic", primary_reads=False, primary_monolingual=True)
+    assert ru == {1: {"multilingual"}, 2: {"keyword", "multilingual"}}
+    # a multilingual primary model reads across scripts; keyword still does not
+    multi = readers_of([2], scripts, "latin", primary_reads=True, primary_monolingual=False)
+    assert multi == {2: {"vector", "multilingual"}}
+    # "Пугачев Queequeg": BM25 reads a passage in the script of any of the query's words
+    mixed = readers_of([1, 2], scripts, "latin", primary_reads=True, primary_monolingual=True,
+                       word_scripts=word_scripts("Пугачев Queequeg"))
+    assert mixed == {1: {"vector", "keyword", "multilingual"}, 2: {"keyword", "multilingual"}}
+
+
+def test_ceiling_counts_terms_the_corpus_lacks_at_the_top_idf():
+    trace = [{"config": "russian", "passages": 1000, "terms": [{"lexeme": "так", "idf": 0.4}]}]
+    top = math.log(1 + 1000.5 / 0.5)
+    with_names = bm25_ceiling(trace, {"russian": {"так", "ирен", "адлер"}}, 1.2)["russian"]
+    assert math.isclose(with_names, (0.4 + 2 * top) * 2.2)
+    # a common word alone: its full score is a small share of what the question asks
+    assert 0.4 * 2.2 / with_names < 0.03
+    assert math.isclose(bm25_ceiling(trace, {}, 1.2)["russian"], 0.4 * 2.2)
+
+
+def test_keyword_share_is_the_lane_score_over_what_the_query_could_score():
+    hits = LaneHits("keyword", [1, 2, 1], [40.0, 30.0, 5.0], graded=True)
+    share = keyword_evidence(hits, {1: "english", 2: "english"}, {"english": 20.0}, 1.0)
+    assert share == {1: 1.0, 2: 0.75}          # a passage's first hit counts; capped at 1
+    # a document-filtered search scores passages alone: no document share in the ceiling
+    assert keyword_evidence(hits, {1: "english"}, {"english": 100.0}, 0.0) == {1: 0.4}
+
+
+def test_probability_rises_with_every_kind_of_evidence():
+    for names, (coefs, _) in MODELS.items():
+        assert all(c > 0 for c in coefs), names
+    low, _ = probability({"vector": 1.0, "multilingual": 1.0, "keyword": 0.0})
+    high, terms = probability({"vector": 6.0, "multilingual": 5.0, "keyword": 0.5})
+    assert 0 <= low < high <= 1 and set(terms) == {"vector", "multilingual", "keyword"}
+    assert probability({}) == (0.0, {})
+
+
+def test_a_cross_script_passage_must_beat_same_language_ones_on_one_scale():
+    """English query; passage 9 is Russian, first on the multilingual lane only (the lane
+    that alone can read it) with a middling similarity. Under min-max it was worth the
+    full weight; here the English passage that the English model and BM25 both rank first
+    wins, and the Russian one wins only when the multilingual model is sure of it."""
+    vec = LaneHits("vector", [1, 2], [0.62, 0.40], graded=True)
+    kw = LaneHits("keyword", [1, 2], [14.0, 3.0], graded=True)
+    multi = LaneHits("multilingual", [9, 1, 2], [0.45, 0.44, 0.30], graded=True)
+    readers = readers_of([1, 2, 9], {1: "latin", 2: "latin", 9: "cyrillic"}, "latin",
+                         primary_reads=True, primary_monolingual=True)
+    lanes = [(vec, 1.0), (multi, 1.0), (kw, 1.0)]
+    weak = {"vector": {1: 5.5, 2: 2.0}, "multilingual": {9: 2.5, 1: 2.4, 2: 1.0}}
+    fused = calibrated_fusion(lanes, zscores=weak, keyword_share={1: 0.5, 2: 0.1}, readers=readers, k=20,
+                              graded_weight=2.0)
+    assert fused[0].id == 1
+    assert fused[0].lanes == {"vector": 1, "multilingual": 2, "keyword": 1}
+    assert 0 < fused[0].score <= 2.0 and set(fused[0].parts) <= {"vector", "multilingual", "keyword"}
+    strong = {"vector": {1: 1.5, 2: 1.0}, "multilingual": {9: 8.0, 1: 1.2, 2: 1.0}}
+    fused = calibrated_fusion(lanes, zscores=strong, keyword_share={1: 0.05, 2: 0.02}, readers=readers, k=20,
+                              graded_weight=2.0)
+    assert fused[0].id == 9 and fused[0].lanes == {"multilingual": 1}
+
+
+def test_hits_a_lane_cannot_read_are_no_evidence_and_ranked_lanes_add_their_weight():
+    vec = LaneHits("vector", [9, 1], [0.9, 0.5], graded=True)           # 9: Russian, English-only model
+    title = LaneHits("title", [2], [3.0])
+    readers = {9: {"multilingual"}, 1: {"vector", "keyword", "multilingual"}, 2: {"vector", "keyword", "multilingual"}}
+    fused = calibrated_fusion([(vec, 1.0), (title, 2.0)], zscores={"vector": {9: 9.0, 1: 3.0}},
+                              keyword_share={}, readers=readers, k=20, graded_weight=2.0)
+    assert [f.id for f in fused] == [2, 1]       # 9 came only from a lane that cannot read it
+    assert math.isclose(fused[0].parts["title"], 2.0)
+

@@ -1,0 +1,271 @@
+"""Calibrated fusion: every candidate scored by every lane that can read it, each lane's
+score made comparable across queries, and one probability of relevance per candidate.
+
+Why not min-max: it gives each lane's best hit 1.0 whatever its absolute similarity, so a
+weak best counts as much as a strong one, and a passage only one lane returned gets
+nothing from the others however close it is to the query. In a mixed library that made
+the weakest reader decide alone: English questions over English and Russian books put a
+Russian passage first on the multilingual lane's say-so ("Who is Irene Adler?" answered
+from «Капитанская дочка»).
+
+Here the lanes only propose candidates. Every candidate in the pool is then scored
+
+- under each embedding model from its stored vector (`pool_evidence`), as a z-score
+  against the query's similarity to a fixed sample of the library (`Background`): how
+  far above a random passage it stands, comparable across queries and models;
+- by BM25, as a share of the best score the query's terms could give (terms the corpus
+  lacks count at the corpus's top idf: "Кто такая Ирен Адлер?" over a Russian book that
+  never names her must not look like a full match on «такая»);
+
+and a logistic model maps whichever of those the candidate has to P(relevant). Which
+evidence a candidate has follows from who can read it: the English-only model neither a
+Russian query nor a Russian passage, BM25 nothing in another script than the query's,
+the multilingual model everything. So a passage in another script is judged on the
+multilingual model's evidence alone, by a model fitted on exactly such candidates, and
+must beat same-language candidates on a common scale, not just top its own lane.
+
+The coefficients (`MODELS`) were fitted on the pool candidates of BEIR SciFact TRAIN,
+XQuAD mixed (English and Russian questions over one half-English, half-Russian corpus),
+XQuAD ru->ru and the MS MARCO passage subset (benchmarks/eval_calibration.py --fit;
+docs/evaluation.md has the figures, on held-out halves and leaving each collection out).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+from psycopg import sql
+
+from serving.search.fusion import Fused, _ordered
+from serving.search.language import script
+from serving.search.lanes import LaneHits
+
+# evidence -> (coefficient per evidence in EVIDENCE order, bias): P = sigmoid(sum + bias).
+# Fitted (benchmarks/eval_calibration.py --fit) on every pool candidate of the training
+# sets, one model per set of evidence a candidate can have; a set not listed falls back
+# to the largest listed subset of it (`probability`).
+EVIDENCE = ("vector", "multilingual", "keyword")
+MODELS: dict[tuple[str, ...], tuple[tuple[float, ...], float]] = {
+    ("vector", "multilingual", "keyword"): ((0.84, 0.309, 5.26), -7.554),
+    ("vector", "keyword"): ((0.934, 5.755), -7.127),
+    ("vector", "multilingual"): ((1.078, 0.434), -8.203),
+    ("vector",): ((1.245,), -7.637),
+    ("multilingual", "keyword"): ((0.735, 18.682), -6.514),
+    ("multilingual",): ((1.715,), -6.838),
+    ("keyword",): ((12.059,), -4.696),
+}
+
+BACKGROUND_SIZE = 256
+# a sample is taken again when the library has grown or shrunk by this share, or is this old
+BACKGROUND_DRIFT = 0.25
+BACKGROUND_SECONDS = 3600.0
+
+
+@dataclass
+class _Sample:
+    vectors: np.ndarray      # unit rows
+    rows: float              # passages (planner estimate) when taken
+    taken: float
+
+
+class Background:
+    """A fixed sample of each model's passage vectors per database, kept in the process:
+    the query's similarity to it (mean, spread) is what a z-score stands against."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._samples: dict[tuple[str, str, str], _Sample] = {}
+
+    def stats(self, conn: psycopg.Connection, column: str, model: str, dims: int,
+              qvec: np.ndarray) -> tuple[float, float] | None:
+        sample = self._sample(conn, column, model, dims)
+        if sample is None or len(sample.vectors) < 8:
+            return None
+        q = np.asarray(qvec, dtype=np.float32)
+        sims = sample.vectors @ (q / (np.linalg.norm(q) or 1.0))
+        sd = float(sims.std())
+        return float(sims.mean()), (sd if sd > 1e-6 else 1e-6)
+
+    def _sample(self, conn: psycopg.Connection, column: str, model: str, dims: int) -> _Sample | None:
+        info = conn.info
+        key = (f"{info.host}:{info.port}/{info.dbname}", column, model)
+        rows = _estimated_rows(conn)
+        with self._lock:
+            have = self._samples.get(key)
+            if have is not None and time.monotonic() - have.taken < BACKGROUND_SECONDS and \
+                    abs(rows - have.rows) <= BACKGROUND_DRIFT * max(have.rows, 1.0):
+                return have
+        model_col = "embed_model" if column == "embedding" else "embed_model_multi"
+        # every n-th passage by a multiplicative hash of its id: the same sample on every
+        # call (a TABLESAMPLE would move each query's z-scores at random)
+        found = conn.execute(sql.SQL(
+            "SELECT {col}::vector({dims})::text FROM passages WHERE {model_col} = %s AND summary_level = 0 "
+            "AND {col} IS NOT NULL ORDER BY (id * 2654435761) %% 4294967296 LIMIT %s").format(
+                col=sql.Identifier(column), dims=sql.SQL(str(int(dims))), model_col=sql.Identifier(model_col)),
+            (model, BACKGROUND_SIZE)).fetchall()
+        if not found:
+            return None
+        vectors = np.array([[float(x) for x in text.strip("[]").split(",")] for (text,) in found], dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
+        sample = _Sample(vectors, rows, time.monotonic())
+        with self._lock:
+            self._samples[key] = sample
+        return sample
+
+
+BACKGROUND = Background()
+
+
+def _estimated_rows(conn: psycopg.Connection) -> float:
+    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'passages'::regclass").fetchone()
+    return float(row[0]) if row and row[0] and row[0] > 0 else 0.0
+
+
+@dataclass
+class Probe:
+    """One embedding model's view of the query: which lane it is, its query vector and
+    where its passage vectors live."""
+    lane: str
+    column: str         # passages.embedding | passages.embedding_multi
+    model: str
+    dims: int
+    qvec: np.ndarray
+
+
+def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe]
+                  ) -> tuple[dict[str, dict[int, float]], dict[int, str], dict[int, str]]:
+    """lane -> passage -> z-score of its similarity under that lane's model (only passages
+    that model embedded); passage -> its text-search configuration; passage -> its script
+    (serving.search.language.script of its first 300 characters)."""
+    if not ids:
+        return {}, {}, {}
+    cols = [sql.SQL("p.ts_config::text"), sql.SQL("left(p.content, 300)")]
+    params: dict = {"ids": ids}
+    stats: list[tuple[float, float] | None] = []
+    for i, probe in enumerate(probes):
+        model_col = "embed_model" if probe.column == "embedding" else "embed_model_multi"
+        cast = sql.SQL(f"halfvec({int(probe.dims)})")
+        cols.append(sql.SQL("CASE WHEN p.{mc} = %(m{i})s THEN 1 - (p.{col}::{cast} <=> %(q{i})s::{cast}) END").format(
+            mc=sql.Identifier(model_col), col=sql.Identifier(probe.column), cast=cast, i=sql.SQL(str(i))))
+        params[f"m{i}"] = probe.model
+        params[f"q{i}"] = HalfVector(np.asarray(probe.qvec, dtype=np.float32))
+        stats.append(BACKGROUND.stats(conn, probe.column, probe.model, probe.dims, probe.qvec))
+    rows = conn.execute(sql.SQL("SELECT p.id, {cols} FROM passages p WHERE p.id = ANY(%(ids)s)").format(
+        cols=sql.SQL(", ").join(cols)), params).fetchall()
+    out: dict[str, dict[int, float]] = {p.lane: {} for p in probes}
+    configs: dict[int, str] = {}
+    scripts: dict[int, str] = {}
+    for row in rows:
+        configs[row[0]], scripts[row[0]] = row[1], script(row[2])
+        for probe, st, sim in zip(probes, stats, row[3:]):
+            if sim is not None and st is not None:
+                out[probe.lane][row[0]] = (float(sim) - st[0]) / st[1]
+    return out, configs, scripts
+
+
+def bm25_ceiling(trace: list[dict], lexemes: dict[str, set[str]], k1: float) -> dict[str, float]:
+    """config -> the BM25 a passage would score holding every query term of that
+    configuration many times ((k1 + 1) x the sum of their idf). Terms the corpus lacks
+    count at the configuration's top idf."""
+    out: dict[str, float] = {}
+    for entry in trace:
+        n = max(int(entry.get("passages") or 0), 1)
+        top = math.log(1.0 + (n + 0.5) / 0.5)
+        idfs = {t["lexeme"]: float(t["idf"]) for t in entry.get("terms", [])}
+        terms = lexemes.get(entry["config"]) or set(idfs)
+        total = sum(idfs.get(lexeme, top) for lexeme in terms)
+        if total > 0:
+            out[entry["config"]] = total * (k1 + 1.0)
+    return out
+
+
+def keyword_evidence(hits: LaneHits, configs: dict[int, str], ceiling: dict[str, float], doc_weight: float
+                     ) -> dict[int, float]:
+    """passage -> its keyword lane score over the most its query terms could give: the
+    ceiling of its configuration, times 1 + doc_weight where the lane added the document's
+    BM25 (0 for a document-filtered search, which scores passages alone). One share, not
+    the passage's and the document's apart: fitted apart on XQuAD the passage's own weight
+    came out negative (-8.5 beside +16.4 for its document's, which moves with it), which
+    would rank a book's passages upside down."""
+    out: dict[int, float] = {}
+    for pid, score in zip(hits.ids, hits.scores):
+        top = ceiling.get(configs.get(pid, ""))
+        if top and pid not in out:
+            out[pid] = min(score / (top * (1.0 + doc_weight)), 1.0)
+    return out
+
+
+def probability(evidence: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """P(relevant) from the evidence a candidate has, and each lane's term of the logit."""
+    names = tuple(n for n in EVIDENCE if n in evidence)
+    while names and names not in MODELS:
+        names = next((k for k in sorted(MODELS, key=len, reverse=True) if set(k) < set(names)), ())
+    if not names:
+        return 0.0, {}
+    coefs, bias = MODELS[names]
+    terms = {n: c * evidence[n] for n, c in zip(names, coefs)}
+    logit = bias + sum(terms.values())
+    return 1.0 / (1.0 + math.exp(-max(min(logit, 50.0), -50.0))), terms
+
+
+def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str, dict[int, float]],
+                      keyword_share: dict[int, float], readers: dict[int, set[str]], k: int,
+                      graded_weight: float) -> list[Fused]:
+    """`zscores`: lane -> passage -> z (pool_evidence); `keyword_share`: passage ->
+    keyword_evidence's share (0 for a passage BM25 did not return); `readers`:
+    passage -> the lanes that can read it (others give it no evidence, for or against). Score = graded_weight x P(relevant) plus
+    the ranked lanes (title, structure) as under the convex rule, (k + 1) / (k + rank) x
+    their weight, so "title weight 2 = the graded lanes certain" still holds."""
+    pool: dict[int, Fused] = {}
+    for hits, weight in lanes:
+        for rank, pid in enumerate(hits.ids, start=1):
+            if hits.graded and hits.name not in readers.get(pid, ()):
+                continue
+            item = pool.setdefault(pid, Fused(pid))
+            if hits.name in item.lanes:
+                continue
+            item.lanes[hits.name] = rank
+            if not hits.graded and weight > 0:
+                item.parts[hits.name] = weight * (k + 1) / (k + rank)
+                item.score += item.parts[hits.name]
+    for pid, item in pool.items():
+        can = readers.get(pid, set())
+        evidence = {lane: z[pid] for lane, z in zscores.items() if lane in can and pid in z}
+        if "keyword" in can:
+            evidence["keyword"] = keyword_share.get(pid, 0.0)
+        p, terms = probability(evidence)
+        # each lane's part of graded_weight x P in proportion to its positive term of the
+        # logit (evenly when none is positive), so the parts still add up to the score
+        shares = {lane: t for lane, t in terms.items() if t > 0} or {lane: 1.0 for lane in terms}
+        total = sum(shares.values())
+        for lane, share in shares.items():
+            item.parts[lane] = graded_weight * p * share / total
+        item.score += graded_weight * p
+    return _ordered(pool)
+
+
+def readers_of(pids: list[int], scripts: dict[int, str], query_script: str, *, primary_reads: bool,
+               primary_monolingual: bool, word_scripts: set[str] | None = None) -> dict[int, set[str]]:
+    """passage -> the graded lanes that can read it beside the query (the trust rules of
+    serving/search/fusion.py, as evidence rather than weights): the multilingual model
+    every passage; the primary model, when it reads the query, passages in the query's
+    script (any, when it is multilingual itself); BM25 passages in the script of any of the
+    query's words (`word_scripts`; default the query's script)."""
+    comparable = query_script in ("latin", "cyrillic")
+    words = (word_scripts or set()) | {query_script}
+    out: dict[int, set[str]] = {}
+    for pid in pids:
+        own = scripts.get(pid, query_script)
+        lanes = {"multilingual"}
+        if not comparable or own in words or own == "none":
+            lanes.add("keyword")
+        if primary_reads and (not comparable or not primary_monolingual or own in (query_script, "none")):
+            lanes.add("vector")
+        out[pid] = lanes
+    return out
