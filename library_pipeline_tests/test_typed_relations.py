@@ -228,3 +228,39 @@ def test_one_fact_is_one_edge_per_sentence():
     # read both as a person's verb "in" a place and as a stay; kg_store counts edges as sentences
     graph = english_graphs(["“When Dr. Roylott was in India he married my mother."])[0]
     assert [e.relation for e in graph.edges].count("located_in") == 1
+
+
+def cooccurring(sentence: str) -> set[frozenset]:
+    return {frozenset((e.source, e.target)) for e in english_graphs([sentence])[0].edges
+            if e.extractor == "cooccurrence"}
+
+
+@pytest.mark.parametrize("sentence", [
+    # an address: four names make most of the sentence
+    "Then he sealed it and addressed it to “Captain James Calhoun, Barque Lone Star, Savannah, Georgia.”",
+    # a list of the guests: more than five names
+    "“‘The ceremony, which was performed at St. George’s, Hanover Square, was a very quiet one, no one being "
+    "present save the father of the bride, Mr. Aloysius Doran, the Duchess of Balmoral, Lord Backwater, Lord "
+    "Eustace, and Lady Clara St. Simon (the younger brother and sister of the bridegroom), and Lady Alicia "
+    "Whittington.",
+])
+def test_lists_and_addresses_write_no_cooccurrence(sentence):
+    assert not cooccurring(sentence)
+
+
+def test_a_list_keeps_its_typed_rows():
+    rows = relations("Simon, second son of the Duke of Balmoral, and Miss Hatty Doran, the only daughter of "
+                     "Aloysius Doran.")
+    assert ("Miss Hatty Doran", "family_of", "Aloysius Doran") in rows or ("Hatty Doran", "family_of",
+                                                                            "Aloysius Doran") in rows
+    assert not cooccurring("Simon, second son of the Duke of Balmoral, and Miss Hatty Doran, the only daughter of "
+                           "Aloysius Doran.")
+
+
+def test_a_statement_naming_three_keeps_its_cooccurrence():
+    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+
+    assert len(cooccurring("The Hatter looked at the March Hare, who had followed him into the court, arm-in-arm "
+                           "with the Dormouse.")) == 3
+    graph = russian_graphs(["Швабрин повел Пугачева в светлицу Марьи Ивановны."])[0]
+    assert {frozenset((e.source, e.target)) for e in graph.edges if e.extractor == "cooccurrence"}
