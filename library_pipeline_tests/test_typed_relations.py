@@ -264,3 +264,34 @@ def test_a_statement_naming_three_keeps_its_cooccurrence():
                            "with the Dormouse.")) == 3
     graph = russian_graphs(["Швабрин повел Пугачева в светлицу Марьи Ивановны."])[0]
     assert {frozenset((e.source, e.target)) for e in graph.edges if e.extractor == "cooccurrence"}
+
+
+# pronouns stand for the person named last before them whose gender agrees
+def test_a_pronoun_is_the_last_person_of_its_gender():
+    rows = typed("“The next I heard of Frank was that he was in Montana, and then he went prospecting in "
+                 "Arizona, and then I heard of him from New Mexico.")
+    assert ("Frank", "located_in", "Montana", "was in") in rows
+
+
+def test_russian_pronoun_after_a_preposition_and_as_addressee():
+    rows = russian_typed("Иван Игнатьич, заметив во мне знаки неудовольствия и вспомня свое обещание, смутился и "
+                         "не знал, что отвечать. Швабрин подоспел к нему на помощь.")
+    assert ("Швабрин", "associate_of", "Иван Игнатьич", "подоспел к") in rows
+    # the pronoun is not the pattern's other argument: «ему» is Иван Игнатьич, not Пугачев
+    rows = russian_typed("Тогда привели к Пугачеву Ивана Игнатьича. «Присягай, — сказал ему Пугачев, — государю "
+                         "Петру Феодоровичу!»")
+    assert ("Пугачёв", "associate_of", "Иван Игнатьич", "сказал") in rows
+
+
+def test_no_row_for_a_pronoun_two_people_could_be():
+    # two sentences of the book, the first naming two men: «нему» could be either
+    rows = russian_typed("Тогда привели к Пугачеву Ивана Игнатьича. Швабрин подоспел к нему на помощь.")
+    assert not any(rel == "associate_of" and raw == "подоспел к" for _, rel, _, raw in rows)
+
+
+def test_no_row_for_a_pronoun_without_a_person_of_its_gender():
+    # the only person before "she" is a man
+    rows = typed("“The next I heard of Frank was that he was in Montana.” “Do you mean that she has left England?”")
+    assert not any(place == "England" for _, _, place, _ in rows)
+    # and none at all before it
+    assert not typed("“Do you mean that she has left England?”")
