@@ -295,3 +295,18 @@ def test_no_row_for_a_pronoun_without_a_person_of_its_gender():
     assert not any(place == "England" for _, _, place, _ in rows)
     # and none at all before it
     assert not typed("“Do you mean that she has left England?”")
+
+
+def test_pronoun_genders_of_lone_names():
+    from library_pipeline.defs.enrich.pronouns import PassagePeople
+
+    people = PassagePeople()
+    # a title or kinship word says the gender (Alice's Adventures names its people so)
+    assert people.gender("Queen of Hearts") == "f" and people.gender("King") == "m"
+    assert people.gender("Императрица") == "f"
+    # a surname takes the gender its gendered names said before, none once both were said
+    assert people.gender("Holmes") is None
+    learned = PassagePeople()
+    for name in ("Mr. Holmes", "Mr. Turner", "Miss Turner"):
+        learned.add(0, 0, name, "PERSON")
+    assert learned.gender("Holmes") == "m" and learned.gender("Turner") is None

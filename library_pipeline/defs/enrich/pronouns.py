@@ -67,6 +67,26 @@ def _single_word_gender(word: str) -> str | None:
     return first_name_gender(word)
 
 
+# a name that is a title or a kinship word says its gender ("the Queen", "the Duchess",
+# "the King of Hearts", «Императрица»): Alice's Adventures names most of its people so,
+# and each had been of unknown gender, blocking every "she" after it
+GENDERED_HEADS = {
+    "m": {"king", "duke", "prince", "emperor", "father", "brother", "uncle", "son", "boy", "man", "gentleman",
+          "knave", "count", "earl", "baron", "bishop", "archbishop", "pope", "император", "государь", "царь",
+          "король", "князь", "граф", "отец", "батюшка", "дядя", "сын", "брат"},
+    "f": {"queen", "duchess", "princess", "empress", "mother", "sister", "aunt", "daughter", "girl", "woman",
+          "countess", "императрица", "государыня", "царица", "королева", "княгиня", "графиня", "мать", "матушка",
+          "тетя", "тётя", "дочь", "сестра"},
+}
+
+
+def _head_gender(words: list[str]) -> str | None:
+    for gender, heads in GENDERED_HEADS.items():
+        if words and words[0] in heads:
+            return gender
+    return None
+
+
 def learn_surnames(said: dict[str, str | None], name: str) -> None:
     """Record the gender a full name or a gendered form gives its last word ("Mr. Holmes":
     holmes is a man), None once two genders were said ("Mr. Turner", "Miss Turner")."""
@@ -94,7 +114,8 @@ class PassagePeople:
     def gender(self, name: str) -> str | None:
         if name not in self._genders:
             norm = _norm(name)
-            said = name_gender(norm) or (_single_word_gender(norm) if " " not in norm else None)
+            said = name_gender(norm) or _head_gender(norm.split()) or (
+                _single_word_gender(norm) if " " not in norm else None)
             if said is None and " " not in norm:
                 said = self.surnames.get(norm)
             self._genders[name] = said
