@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from library_pipeline.defs.enrich.gender import first_name_gender, name_gender
+from library_pipeline.defs.enrich.gender import _morph, first_name_gender, name_gender
 from library_pipeline.defs.enrich.passage_graph import Edge
 from serving.ontology import RELATION_TYPES, relation_type
 
@@ -58,8 +58,6 @@ def _single_word_gender(word: str) -> str | None:
     name by the census ("Alice"). Merges never read a lone word so ("Hunter" is Violet
     Hunter's surname); a pronoun's agreement only narrows whom it may stand for."""
     if re.search(r"[а-я]", word):
-        from library_pipeline.defs.enrich.gender import _morph
-
         tags = [p.tag for p in _morph().parse(word) if p.score >= 0.1
                 and any(t in p.tag for t in ("Name", "Surn", "Patr"))]
         genders = {t.gender for t in tags} - {None}
@@ -68,8 +66,8 @@ def _single_word_gender(word: str) -> str | None:
 
 
 # a name that is a title or a kinship word says its gender ("the Queen", "the Duchess",
-# "the King of Hearts", «Императрица»): Alice's Adventures names most of its people so,
-# and each had been of unknown gender, blocking every "she" after it
+# "the King of Hearts", «Императрица»), else of unknown gender it blocks every pronoun
+# after it; one row more on the example library («Государыня ласково к ней обратилась»)
 GENDERED_HEADS = {
     "m": {"king", "duke", "prince", "emperor", "father", "brother", "uncle", "son", "boy", "man", "gentleman",
           "knave", "count", "earl", "baron", "bishop", "archbishop", "pope", "император", "государь", "царь",
