@@ -228,3 +228,85 @@ def test_one_fact_is_one_edge_per_sentence():
     # read both as a person's verb "in" a place and as a stay; kg_store counts edges as sentences
     graph = english_graphs(["“When Dr. Roylott was in India he married my mother."])[0]
     assert [e.relation for e in graph.edges].count("located_in") == 1
+
+
+def cooccurring(sentence: str) -> set[frozenset]:
+    return {frozenset((e.source, e.target)) for e in english_graphs([sentence])[0].edges
+            if e.extractor == "cooccurrence"}
+
+
+@pytest.mark.parametrize("sentence", [
+    # an address: four names make most of the sentence
+    "Then he sealed it and addressed it to “Captain James Calhoun, Barque Lone Star, Savannah, Georgia.”",
+    # a list of the guests: more than five names
+    "“‘The ceremony, which was performed at St. George’s, Hanover Square, was a very quiet one, no one being "
+    "present save the father of the bride, Mr. Aloysius Doran, the Duchess of Balmoral, Lord Backwater, Lord "
+    "Eustace, and Lady Clara St. Simon (the younger brother and sister of the bridegroom), and Lady Alicia "
+    "Whittington.",
+])
+def test_lists_and_addresses_write_no_cooccurrence(sentence):
+    assert not cooccurring(sentence)
+
+
+def test_a_list_keeps_its_typed_rows():
+    rows = relations("Simon, second son of the Duke of Balmoral, and Miss Hatty Doran, the only daughter of "
+                     "Aloysius Doran.")
+    assert ("Miss Hatty Doran", "family_of", "Aloysius Doran") in rows or ("Hatty Doran", "family_of",
+                                                                            "Aloysius Doran") in rows
+    assert not cooccurring("Simon, second son of the Duke of Balmoral, and Miss Hatty Doran, the only daughter of "
+                           "Aloysius Doran.")
+
+
+def test_a_statement_naming_three_keeps_its_cooccurrence():
+    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+
+    assert len(cooccurring("The Hatter looked at the March Hare, who had followed him into the court, arm-in-arm "
+                           "with the Dormouse.")) == 3
+    graph = russian_graphs(["Швабрин повел Пугачева в светлицу Марьи Ивановны."])[0]
+    assert {frozenset((e.source, e.target)) for e in graph.edges if e.extractor == "cooccurrence"}
+
+
+# pronouns stand for the person named last before them whose gender agrees
+def test_a_pronoun_is_the_last_person_of_its_gender():
+    rows = typed("“The next I heard of Frank was that he was in Montana, and then he went prospecting in "
+                 "Arizona, and then I heard of him from New Mexico.")
+    assert ("Frank", "located_in", "Montana", "was in") in rows
+
+
+def test_russian_pronoun_after_a_preposition_and_as_addressee():
+    rows = russian_typed("Иван Игнатьич, заметив во мне знаки неудовольствия и вспомня свое обещание, смутился и "
+                         "не знал, что отвечать. Швабрин подоспел к нему на помощь.")
+    assert ("Швабрин", "associate_of", "Иван Игнатьич", "подоспел к") in rows
+    # the pronoun is not the pattern's other argument: «ему» is Иван Игнатьич, not Пугачев
+    rows = russian_typed("Тогда привели к Пугачеву Ивана Игнатьича. «Присягай, — сказал ему Пугачев, — государю "
+                         "Петру Феодоровичу!»")
+    assert ("Пугачёв", "associate_of", "Иван Игнатьич", "сказал") in rows
+
+
+def test_no_row_for_a_pronoun_two_people_could_be():
+    # two sentences of the book, the first naming two men: «нему» could be either
+    rows = russian_typed("Тогда привели к Пугачеву Ивана Игнатьича. Швабрин подоспел к нему на помощь.")
+    assert not any(rel == "associate_of" and raw == "подоспел к" for _, rel, _, raw in rows)
+
+
+def test_no_row_for_a_pronoun_without_a_person_of_its_gender():
+    # the only person before "she" is a man
+    rows = typed("“The next I heard of Frank was that he was in Montana.” “Do you mean that she has left England?”")
+    assert not any(place == "England" for _, _, place, _ in rows)
+    # and none at all before it
+    assert not typed("“Do you mean that she has left England?”")
+
+
+def test_pronoun_genders_of_lone_names():
+    from library_pipeline.defs.enrich.pronouns import PassagePeople
+
+    people = PassagePeople()
+    # a title or kinship word says the gender (Alice's Adventures names its people so)
+    assert people.gender("Queen of Hearts") == "f" and people.gender("King") == "m"
+    assert people.gender("Императрица") == "f"
+    # a surname takes the gender its gendered names said before, none once both were said
+    assert people.gender("Holmes") is None
+    learned = PassagePeople()
+    for name in ("Mr. Holmes", "Mr. Turner", "Miss Turner"):
+        learned.add(0, 0, name, "PERSON")
+    assert learned.gender("Holmes") == "m" and learned.gender("Turner") is None

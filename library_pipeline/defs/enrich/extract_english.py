@@ -27,6 +27,7 @@ from library_pipeline.defs.enrich.passage_graph import (
     tidy_person,
     typed_over_cooccurrence,
 )
+from library_pipeline.defs.enrich.pronouns import ENGLISH_PRONOUNS, PassagePeople, placeholder, resolve_edges
 
 # spaCy labels that are values, not things
 SKIP_LABELS = {"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"}
@@ -113,12 +114,23 @@ def _noise(span, name: str, label: str) -> bool:
     return token.i == token.sent.start and token.pos_ != "PROPN" and " " not in name
 
 
+def _pronouns(sent) -> list[tuple[object, str, str]]:
+    """The sentence's he / him / his / she / her as person spans named by a placeholder
+    (pronouns.resolve_edges names them after the patterns have read the parse)."""
+    from spacy.tokens import Span
+
+    return [(Span(sent.doc, t.i, t.i + 1, label="PERSON"), placeholder(ENGLISH_PRONOUNS[t.lower_], t.idx), "PERSON")
+            for t in sent if t.lower_ in ENGLISH_PRONOUNS and t.pos_ == "PRON"]
+
+
 def english_graphs(texts: list[str]) -> list[PassageGraph]:
     nlp = spacy_model()
     out = []
+    surnames: dict[str, str | None] = {}   # shared by the call's passages (pronouns.PassagePeople)
     for doc in nlp.pipe(texts, batch_size=32):
         graph = PassageGraph()
-        for sent in doc.sents:
+        people = PassagePeople(surnames)
+        for number, sent in enumerate(doc.sents):
             spans = [e for e in sent.ents if e.label_ not in SKIP_LABELS]
             spans = sorted(spans + _addressed_spans(sent, spans), key=lambda s: s.start)
             named: list[tuple[object, str, str]] = []
@@ -152,7 +164,10 @@ def english_graphs(texts: list[str]) -> list[PassageGraph]:
                         ranked.append(Edge(name, label, "form of address", rank, "concept", sent.text.strip()[:500],
                                            "pattern", "type_of"))
             evidence = sent.text.strip()[:500]
-            graph.edges.extend(english_patterns(sent, named, evidence))
+            for span, name, label in named:
+                people.add(number, span.start_char, name, label)
+            edges = english_patterns(sent, named + _pronouns(sent), evidence)
+            graph.edges.extend(resolve_edges(edges, people, number))
             graph.edges.extend(ranked)
             cooccur(graph, [(n, label) for _, n, label in named], evidence)
         out.append(typed_over_cooccurrence(graph))

@@ -43,7 +43,7 @@ from serving.ontology import RELATION_TYPES, entity_type, relation_type
 
 log = logging.getLogger(__name__)
 
-OFFLINE_EXTRACTOR = "offline-v4"   # bump to re-extract every file after changing the offline rules
+OFFLINE_EXTRACTOR = "offline-v5"   # bump to re-extract every file after changing the offline rules
 
 
 def _compatible(a: str, b: str) -> bool:

@@ -15,7 +15,20 @@ from itertools import combinations
 from library_pipeline.defs.enrich.gender import form_gender
 from serving.ontology import FORM_OF_ADDRESS, RELATION_TYPES, relation_type
 
-MAX_PER_SENTENCE = 6          # co-occurrence pairs grow quadratically; lists of names add noise, not edges
+# Co-occurrence says nothing in a list or an address block: a sentence naming more than
+# LIST_NAMES distinct things, or LIST_SHARE_FROM or more whose names make LIST_SHARE of its
+# words ("Then he sealed it and addressed it to “Captain James Calhoun, Barque Lone
+# Star, Savannah, Georgia.”"), writes no related_to rows; its typed rows stay. Chosen
+# on the example library's offline rows (benchmarks/graph_quality.py --offline): these
+# bounds take 243 of 1,275 rows (the Federal Register's 356 drop to 218) and none of the
+# 59 gold pairs some row joined; more than 4 names lost two («Андрей Петрович Гринёв /
+# Савельич», the father's letter), a share of 0.3 from 3 names a third ("Grimesby
+# Roylott / Sherlock Holmes"), and from 3 names a short statement goes too («Швабрин
+# повел Пугачева в светлицу Марьи Ивановны»: 4 of 7 words are names).
+LIST_NAMES = 5
+LIST_SHARE_FROM = 4
+LIST_SHARE = 0.35
+_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -121,12 +134,23 @@ def person_name(text: str) -> str | None:
 _SURNAME_PARTICLES = {"st", "de", "von", "van", "der", "du", "la", "le", "di", "da"}
 
 
+def is_list(named: list[tuple[str, str]], evidence: str) -> bool:
+    """A sentence that is a list or an address block rather than a statement (see
+    LIST_NAMES): `named` its (name, label) in order, repeats included."""
+    distinct = {name for name, _ in named}
+    if len(distinct) > LIST_NAMES:
+        return True
+    name_words = sum(len(_WORD.findall(name)) for name, _ in named)
+    return len(distinct) >= LIST_SHARE_FROM and name_words >= LIST_SHARE * max(1, len(_WORD.findall(evidence)))
+
+
 def cooccur(graph: PassageGraph, named: list[tuple[str, str]], evidence: str) -> None:
+    if is_list(named, evidence):
+        return
     distinct: dict[str, str] = {}
     for name, label in named:
         distinct.setdefault(name, label)
-    items = list(distinct.items())[:MAX_PER_SENTENCE]
-    for (a, al), (b, bl) in combinations(items, 2):
+    for (a, al), (b, bl) in combinations(distinct.items(), 2):
         if a.lower() != b.lower():
             graph.edges.append(Edge(a, al, "co-occurs with", b, bl, evidence, "cooccurrence"))
 

@@ -17,6 +17,7 @@ co-occurrence (153 of 157 rows) while the text says «Пугачев спрос�
 from __future__ import annotations
 
 from library_pipeline.defs.enrich.passage_graph import Edge
+from library_pipeline.defs.enrich.pronouns import RUSSIAN_PRONOUNS, placeholder
 from serving.ontology import KIN_WORDS, SOCIAL_WORDS
 
 # lemmas (pymorphy3 normal forms) of verbs whose dative or object is someone spoken to,
@@ -48,17 +49,24 @@ WITH_PREPS = {"с", "со", "к", "ко", "у"}
 _PERSON, _PLACES = "PER", {"LOC"}
 
 
-def russian_patterns(tokens, named: list[tuple[object, str, str]], morph, evidence: str) -> list[Edge]:
+def russian_patterns(tokens, named: list[tuple[object, str, str]], morph, evidence: str,
+                     offset: int | None = None) -> list[Edge]:
     """`tokens` natasha tokens of one sentence with morphology and syntax, `named` its
     (span, name, label), the span's start and stop in the tokens' character offsets;
-    typed edges as the module docstring lists."""
+    typed edges as the module docstring lists. With `offset` (the sentence's in its
+    passage) a third-person pronoun is an argument too, named by a placeholder that
+    pronouns.resolve_edges resolves."""
     tokens = list(tokens)
     by_id = {t.id: t for t in tokens}
 
     def entity(token):
         if token is None:
             return None
-        return next(((n, lab) for span, n, lab in named if span.start <= token.start < span.stop), None)
+        found = next(((n, lab) for span, n, lab in named if span.start <= token.start < span.stop), None)
+        if found is None and offset is not None and token.pos == "PRON" and token.text.lower() in RUSSIAN_PRONOUNS \
+                and (token.feats or {}).get("Number") != "Plur":   # «им» is also "to them"
+            return placeholder(RUSSIAN_PRONOUNS[token.text.lower()], offset + token.start), _PERSON
+        return found
 
     def children(token, *rels):
         return [t for t in tokens if t.head_id == token.id and t.rel.split(":")[0] in rels]
