@@ -48,17 +48,18 @@ from serving.search.lanes import LaneHits
 
 # evidence -> (coefficient per evidence in EVIDENCE order, bias): P = sigmoid(sum + bias).
 # Fitted (benchmarks/eval_calibration.py --fit) on every pool candidate of the training
-# sets, one model per set of evidence a candidate can have; a set not listed falls back
-# to the largest listed subset of it (`probability`).
+# sets, one model per set of evidence a candidate can have (slopes shared across
+# collections, the bias from where kinds compete: see `fit` there); a set not listed falls
+# back to the largest listed subset of it (`probability`).
 EVIDENCE = ("vector", "multilingual", "keyword")
 MODELS: dict[tuple[str, ...], tuple[tuple[float, ...], float]] = {
-    ("vector", "multilingual", "keyword"): ((0.84, 0.309, 5.26), -7.554),
-    ("vector", "keyword"): ((0.934, 5.755), -7.127),
-    ("vector", "multilingual"): ((1.078, 0.434), -8.203),
-    ("vector",): ((1.245,), -7.637),
-    ("multilingual", "keyword"): ((0.735, 18.682), -6.514),
-    ("multilingual",): ((1.715,), -6.838),
-    ("keyword",): ((12.059,), -4.696),
+    ("vector", "multilingual", "keyword"): ((0.893, 0.185, 7.307), -6.518),
+    ("vector", "keyword"): ((0.961, 7.625), -6.302),
+    ("vector", "multilingual"): ((1.177, 0.345), -6.777),
+    ("vector",): ((1.329,), -6.365),
+    ("multilingual", "keyword"): ((0.735, 18.774), -6.389),
+    ("multilingual",): ((1.717,), -6.841),
+    ("keyword",): ((15.406,), -4.893),
 }
 
 BACKGROUND_SIZE = 256
