@@ -352,7 +352,9 @@ def _calibrated(call: _Call) -> None:
     if call.mvec is not None and call.multi is not None:
         probes.append(Probe("multilingual", "embedding_multi", call.multi.name, call.multi.dims, call.mvec))
     zscores, configs, scripts = pool_evidence(call.conn, pool, probes)
-    if cfg.language_aware:
+    # who reads what matters only beside the multilingual lane, the one reader of every
+    # passage: without it each lane speaks for whatever it returned, as under the convex rule
+    if cfg.language_aware and call.mvh:
         readers = readers_of(pool, scripts, script(call.text), primary_reads=call.primary_reads and call.qvec is not None,
                              primary_monolingual=call.languages is not None, word_scripts=word_scripts(call.text))
     else:
