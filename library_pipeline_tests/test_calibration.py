@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from serving.search.calibration import (MODELS, bm25_ceiling, calibrated_fusion, keyword_evidence, probability,
-                                       readers_of)
+                                       readers_of, script_prior)
 from serving.search.language import word_scripts
 from serving.search.lanes import LaneHits
 
@@ -89,3 +89,25 @@ def test_hits_a_lane_cannot_read_are_no_evidence_and_ranked_lanes_add_their_weig
     assert [f.id for f in fused] == [2, 1]       # 9 came only from a lane that cannot read it
     assert math.isclose(fused[0].parts["title"], 2.0)
 
+
+
+def test_script_prior_follows_the_library_composition():
+    """Four English books and one Russian (the example library's passage counts): an English
+    question's Russian candidates start 1.5 logits down, a Russian question's English ones
+    as much up; half and half (the sets the models were fitted on) changes nothing."""
+    trace = [{"config": "english", "passages": 4190}, {"config": "russian", "passages": 935}]
+    assert math.isclose(script_prior(trace, "latin"), math.log(935 / 4190))
+    assert math.isclose(script_prior(trace, "cyrillic"), -script_prior(trace, "latin"))
+    assert script_prior([{"config": "english", "passages": 5}, {"config": "russian", "passages": 5}], "latin") == 0
+    assert script_prior([{"config": "english", "passages": 5}], "latin") == 0.0     # one script only
+    assert script_prior(trace, "other") == 0.0
+    readers = {1: {"vector", "keyword", "multilingual"}, 9: {"multilingual"}}
+    multi = LaneHits("multilingual", [9, 1], [0.5, 0.4], graded=True)
+    z = {"multilingual": {9: 4.0, 1: 3.0}, "vector": {1: 3.0}}
+    even = calibrated_fusion([(multi, 1.0)], zscores=z, keyword_share={1: 0.2}, readers=readers, k=20,
+                             graded_weight=2.0)
+    skewed = calibrated_fusion([(multi, 1.0)], zscores=z, keyword_share={1: 0.2}, readers=readers, k=20,
+                               graded_weight=2.0, cross_prior=-1.5)
+    by = {f.id: f.score for f in even}
+    again = {f.id: f.score for f in skewed}
+    assert again[9] < by[9] and math.isclose(again[1], by[1])

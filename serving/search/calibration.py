@@ -62,6 +62,10 @@ MODELS: dict[tuple[str, ...], tuple[tuple[float, ...], float]] = {
     ("keyword",): ((15.406,), -4.893),
 }
 
+# text-search configurations whose passages are written in Cyrillic (schema.sql's map of
+# languages to configurations)
+CYRILLIC_CONFIGS = frozenset({"russian"})
+
 BACKGROUND_SIZE = 256
 # a sample is taken again when the library has grown or shrunk by this share, or is this old
 BACKGROUND_DRIFT = 0.25
@@ -202,8 +206,9 @@ def keyword_evidence(hits: LaneHits, configs: dict[int, str], ceiling: dict[str,
     return out
 
 
-def probability(evidence: dict[str, float]) -> tuple[float, dict[str, float]]:
-    """P(relevant) from the evidence a candidate has, and each lane's term of the logit."""
+def probability(evidence: dict[str, float], prior: float = 0.0) -> tuple[float, dict[str, float]]:
+    """P(relevant) from the evidence a candidate has (`prior` added to the logit), and each
+    lane's term of the logit."""
     names = tuple(n for n in EVIDENCE if n in evidence)
     while names and names not in MODELS:
         names = next((k for k in sorted(MODELS, key=len, reverse=True) if set(k) < set(names)), ())
@@ -211,18 +216,24 @@ def probability(evidence: dict[str, float]) -> tuple[float, dict[str, float]]:
         return 0.0, {}
     coefs, bias = MODELS[names]
     terms = {n: c * evidence[n] for n, c in zip(names, coefs)}
-    logit = bias + sum(terms.values())
+    logit = bias + prior + sum(terms.values())
     return 1.0 / (1.0 + math.exp(-max(min(logit, 50.0), -50.0))), terms
 
 
 def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str, dict[int, float]],
                       keyword_share: dict[int, float], readers: dict[int, set[str]], k: int,
-                      graded_weight: float) -> list[Fused]:
+                      graded_weight: float, cross_prior: float = 0.0) -> list[Fused]:
     """`zscores`: lane -> passage -> z (pool_evidence); `keyword_share`: passage ->
     keyword_evidence's share (0 for a passage BM25 did not return); `readers`:
     passage -> the lanes that can read it (others give it no evidence, for or against). Score = graded_weight x P(relevant) plus
     the ranked lanes (title, structure) as under the convex rule, (k + 1) / (k + rank) x
-    their weight, so "title weight 2 = the graded lanes certain" still holds."""
+    their weight, so "title weight 2 = the graded lanes certain" still holds.
+
+    `cross_prior`: added to the logit of a passage only the multilingual lane can read (in
+    another script than the query's): log(share of the library in that script / share in
+    the query's). The models were fitted where each script holds half the corpus; in a
+    library of four English books and one Russian, an English question is four times less
+    likely to be answered in Russian (`script_prior`)."""
     pool: dict[int, Fused] = {}
     for hits, weight in lanes:
         for rank, pid in enumerate(hits.ids, start=1):
@@ -240,7 +251,7 @@ def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str,
         evidence = {lane: z[pid] for lane, z in zscores.items() if lane in can and pid in z}
         if "keyword" in can:
             evidence["keyword"] = keyword_share.get(pid, 0.0)
-        p, terms = probability(evidence)
+        p, terms = probability(evidence, cross_prior if can == {"multilingual"} else 0.0)
         # each lane's part of graded_weight x P in proportion to its positive term of the
         # logit (evenly when none is positive), so the parts still add up to the score
         shares = {lane: t for lane, t in terms.items() if t > 0} or {lane: 1.0 for lane in terms}
@@ -249,6 +260,22 @@ def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str,
             item.parts[lane] = graded_weight * p * share / total
         item.score += graded_weight * p
     return _ordered(pool)
+
+
+def script_prior(trace: list[dict], query_script: str) -> float:
+    """log(passages in the other script / passages in the query's script), from the keyword
+    lane's per-configuration passage counts (a Russian configuration's passages are
+    Cyrillic, every other's Latin); 0 when either side is empty or the query is in
+    neither script."""
+    counts = {"latin": 0, "cyrillic": 0}
+    for entry in trace:
+        side = "cyrillic" if entry["config"] in CYRILLIC_CONFIGS else "latin"
+        counts[side] += int(entry.get("passages") or 0)
+    if query_script not in counts:
+        return 0.0
+    other = counts["cyrillic" if query_script == "latin" else "latin"]
+    same = counts[query_script]
+    return math.log(other / same) if other and same else 0.0
 
 
 def readers_of(pids: list[int], scripts: dict[int, str], query_script: str, *, primary_reads: bool,

@@ -40,7 +40,7 @@ from serving.embedding import Embedder, embed_text_for_passage, embedder_languag
 from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
 from serving.search import health
 from serving.search.calibration import (Probe, bm25_ceiling, calibrated_fusion, keyword_evidence, pool_evidence,
-                                       readers_of)
+                                       readers_of, script_prior)
 from serving.search.doclanes import structure_lane, title_lane
 from serving.search.filters import passage_predicate, resolve_paths
 from serving.search.fusion import Fused, fuse, lane_weight
@@ -368,8 +368,9 @@ def _calibrated(call: _Call) -> None:
     else:
         readers = {pid: lanes - {"keyword"} for pid, lanes in readers.items()}
     graded = cfg.vector_weight + cfg.keyword_weight
+    prior = script_prior(call.resp.keyword_trace, script(call.text)) if cfg.language_aware and call.mvh else 0.0
     call.fused = calibrated_fusion(call.lanes, zscores=zscores, keyword_share=shares, readers=readers,
-                                   k=cfg.rrf_k, graded_weight=graded)
+                                   k=cfg.rrf_k, graded_weight=graded, cross_prior=prior)
     call.stages["fusion"] = (f"ok: calibrated P(relevant) from every lane that reads each candidate, x {graded:g}, "
                              f"plus ranked lanes (k+1)/(k+rank), k={cfg.rrf_k}, over {len(call.fused)} candidates")
 
