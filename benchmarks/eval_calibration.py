@@ -17,10 +17,7 @@ already be loaded into their evaluation databases (`library eval beir` loads the
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
-import math
-import pickle
 import sys
 from pathlib import Path
 
@@ -28,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_tune import load_set  # noqa: E402
+from eval_tune import cached_capture, load_set  # noqa: E402
 
 import serving.search.engine as engine  # noqa: E402
 from library_pipeline.eval.beir import eval_database, release  # noqa: E402
@@ -222,23 +219,10 @@ def main() -> None:
             finally:
                 release(db)
         return
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
     loaded = []
     for spec in args.sets:
         ds = load_set(spec, args.max_queries)
-        file = cache / f"{ds.name}-{ds.split}-{len(ds.queries)}.pkl"
-        if file.exists():
-            cap = pickle.loads(file.read_bytes())
-        else:
-            db = eval_database(ds.name)
-            try:
-                with db.connect() as conn:
-                    cap = capture(conn, emb, ds.queries)
-            finally:
-                release(db)
-            file.write_bytes(pickle.dumps(cap))
-        loaded.append((ds, cap))
+        loaded.append((ds, cached_capture(ds, Path(args.cache), capture, emb)))
     print("| set | convex | shipped MODELS | fitted on the other half | fitted on the other sets |")
     print("|---|---|---|---|---|")
     for i, (ds, cap) in enumerate(loaded):

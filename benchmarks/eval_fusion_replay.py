@@ -24,17 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import pickle
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_tune import load_set, parse_variant  # noqa: E402
+from eval_tune import cached_capture, load_set, parse_variant  # noqa: E402
 
 import serving.search.engine as engine  # noqa: E402
-from library_pipeline.eval.beir import eval_database, release  # noqa: E402
 from library_pipeline.eval.harness import TOP_K  # noqa: E402
 from library_pipeline.eval.metrics import aggregate, paired_difference, per_query, ranking_to_run  # noqa: E402
 from serving.embedding import embedder_languages, load_embedder  # noqa: E402
@@ -116,24 +113,10 @@ def main() -> None:
         name, overrides = parse_variant(spec)
         cfgs[name] = dataclasses.replace(SearchConfig(**BASE), label=f"v-{name}", **overrides)
     table: dict[str, dict[str, float]] = {}
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
     for spec in args.sets:
         ds = load_set(spec, args.max_queries)
         key = f"{ds.name}:{ds.split}"
-        file = cache / f"{ds.name}-{ds.split}-{len(ds.queries)}.pkl"
-        if file.exists():
-            cap = pickle.loads(file.read_bytes())
-        else:
-            db = eval_database(ds.name)
-            try:
-                t = time.perf_counter()
-                with db.connect() as conn:
-                    cap = capture(conn, emb, ds.queries)
-                print(f"# {key}: captured {len(ds.queries)} queries in {time.perf_counter() - t:.0f}s", flush=True)
-            finally:
-                release(db)
-            file.write_bytes(pickle.dumps(cap))
+        cap = cached_capture(ds, Path(args.cache), capture, emb)
         qids = list(ds.queries)
         if args.half:
             qids = qids[(0 if args.half == "even" else 1)::2]

@@ -56,6 +56,28 @@ def load_set(spec: str, max_queries: int | None = None):
     return ds
 
 
+def cached_capture(ds, cache: Path, capture, emb) -> dict:
+    """`capture(conn, emb, queries)` of a loaded set, kept as a pickle in `cache` keyed by
+    the set, split and query count, so a second run replays without searching again."""
+    import pickle
+
+    cache.mkdir(parents=True, exist_ok=True)
+    file = cache / f"{ds.name}-{ds.split}-{len(ds.queries)}.pkl"
+    if file.exists():
+        return pickle.loads(file.read_bytes())
+    db = eval_database(ds.name)
+    try:
+        started = time.perf_counter()
+        with db.connect() as conn:
+            cap = capture(conn, emb, ds.queries)
+        print(f"# {ds.name}:{ds.split}: captured {len(ds.queries)} queries in {time.perf_counter() - started:.0f}s",
+              flush=True)
+    finally:
+        release(db)
+    file.write_bytes(pickle.dumps(cap))
+    return cap
+
+
 def build_keyword_index(db, ds, emb) -> dict:
     """Documents + pages as build_index writes them, chunk_step, then passages straight
     from the chunks (no vectors). The postings triggers index them as any writer's."""
