@@ -309,3 +309,35 @@ def test_response_reports_stages_timings_and_logs_the_query(conn, embedder):
     logged = conn.execute("SELECT top_k, returned, lanes FROM search_log WHERE query = %s ORDER BY id DESC",
                           ("Queequeg the harpooneer",)).fetchone()
     assert logged[0] == 5 and logged[1] == len(response.results) and logged[2]["vector"] > 0
+
+
+def test_z_scores_stand_against_a_fixed_sample_of_the_library(conn, embedder):
+    """The background a similarity is measured against is the same on every call (a hash of
+    the passage ids picks it, not chance), so a query's scores do not move between calls."""
+    from serving.search.calibration import BACKGROUND
+
+    qvec = embedder.encode_queries(["whale ship harpooneer"])[0]
+    first = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, qvec)
+    BACKGROUND._samples.clear()  # noqa: SLF001 - taken again from the database
+    again = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, qvec)
+    assert first is not None and first == again and first[1] > 0
+    assert BACKGROUND.stats(conn, "embedding", "no-such-model", embedder.dims, qvec) is None
+
+
+def test_the_pool_is_scored_from_stored_vectors_whatever_lane_found_it(conn, embedder):
+    """A candidate's similarity comes from its stored vector, not from the lane's list: a
+    passage the vector lane did not return for this query still gets its z-score, the same
+    one it gets where the lane did return it."""
+    from serving.search.calibration import BACKGROUND, Probe, pool_evidence
+
+    query = "whale ship harpooneer"
+    vec = search(conn, embedder, query, top_k=5, config=SearchConfig.only("vector", log_queries=False))
+    other = search(conn, embedder, "Пугачев", top_k=5, config=SearchConfig.only("keyword", log_queries=False))
+    inside = vec.results[0].passage_id
+    outside = next(r.passage_id for r in other.results if r.passage_id not in {x.passage_id for x in vec.results})
+    qvec = embedder.encode_queries([query])[0]
+    probe = Probe("vector", "embedding", embedder.name, embedder.dims, qvec)
+    z, configs, scripts = pool_evidence(conn, [inside, outside], [probe])
+    _, sd = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, qvec)
+    assert set(z["vector"]) == {inside, outside} and z["vector"][inside] > z["vector"][outside]
+    assert configs[outside] == "russian" and scripts[outside] == "cyrillic" and sd > 0

@@ -70,6 +70,7 @@ BACKGROUND_SIZE = 256
 # a sample is taken again when the library has grown or shrunk by this share, or is this old
 BACKGROUND_DRIFT = 0.25
 BACKGROUND_SECONDS = 3600.0
+BACKGROUND_CHECK_SECONDS = 60.0
 
 
 @dataclass
@@ -77,6 +78,7 @@ class _Sample:
     vectors: np.ndarray      # unit rows
     rows: float              # passages (planner estimate) when taken
     taken: float
+    checked: float           # when the library's size was last compared with `rows`
 
 
 class Background:
@@ -100,12 +102,16 @@ class Background:
     def _sample(self, conn: psycopg.Connection, column: str, model: str, dims: int) -> _Sample | None:
         info = conn.info
         key = (f"{info.host}:{info.port}/{info.dbname}", column, model)
-        rows = _estimated_rows(conn)
+        now = time.monotonic()
         with self._lock:
             have = self._samples.get(key)
-            if have is not None and time.monotonic() - have.taken < BACKGROUND_SECONDS and \
-                    abs(rows - have.rows) <= BACKGROUND_DRIFT * max(have.rows, 1.0):
-                return have
+        if have is not None and now - have.checked < BACKGROUND_CHECK_SECONDS:
+            return have   # the library's size is looked up at most once a minute, not per search
+        rows = _estimated_rows(conn)
+        if have is not None and now - have.taken < BACKGROUND_SECONDS and \
+                abs(rows - have.rows) <= BACKGROUND_DRIFT * max(have.rows, 1.0):
+            have.checked = now
+            return have
         model_col = "embed_model" if column == "embedding" else "embed_model_multi"
         # every n-th passage by a multiplicative hash of its id: the same sample on every
         # call (a TABLESAMPLE would move each query's z-scores at random)
@@ -118,7 +124,7 @@ class Background:
             return None
         vectors = np.array([[float(x) for x in text.strip("[]").split(",")] for (text,) in found], dtype=np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
-        sample = _Sample(vectors, rows, time.monotonic())
+        sample = _Sample(vectors, rows, now, now)
         with self._lock:
             self._samples[key] = sample
         return sample
