@@ -230,10 +230,11 @@ def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str,
                       keyword_share: dict[int, float], readers: dict[int, set[str]], k: int,
                       graded_weight: float, cross_prior: float = 0.0) -> list[Fused]:
     """`zscores`: lane -> passage -> z (pool_evidence); `keyword_share`: passage ->
-    keyword_evidence's share (0 for a passage BM25 did not return); `readers`:
-    passage -> the lanes that can read it (others give it no evidence, for or against). Score = graded_weight x P(relevant) plus
-    the ranked lanes (title, structure) as under the convex rule, (k + 1) / (k + rank) x
-    their weight, so "title weight 2 = the graded lanes certain" still holds.
+    keyword_evidence's share (0 for a passage BM25 did not return); `readers`: passage ->
+    the lanes that can read it (others give it no evidence, for or against).
+    Score = graded_weight x P(relevant) plus the ranked lanes (title, structure) as under
+    the convex rule, (k + 1) / (k + rank) x their weight, so "title weight 2 = the graded
+    lanes certain" still holds.
 
     `cross_prior`: added to the logit of a passage only the multilingual lane can read (in
     another script than the query's): log(share of the library in that script / share in

@@ -355,7 +355,8 @@ def _calibrated(call: _Call) -> None:
     # who reads what matters only beside the multilingual lane, the one reader of every
     # passage: without it each lane speaks for whatever it returned, as under the convex rule
     if cfg.language_aware and call.mvh:
-        readers = readers_of(pool, scripts, script(call.text), primary_reads=call.primary_reads and call.qvec is not None,
+        readers = readers_of(pool, scripts, script(call.text),
+                             primary_reads=call.primary_reads and call.qvec is not None,
                              primary_monolingual=call.languages is not None, word_scripts=word_scripts(call.text))
     else:
         readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}

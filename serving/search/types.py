@@ -169,10 +169,10 @@ class SearchConfig:
     # (title 2/(k+1) = vector + keyword rank 1), so the title weight stands.
     rrf_k: int = 20
     # "calibrated": every candidate scored by every lane that can read it, one P(relevant)
-    # each (serving/search/calibration.py); "convex": weighted sum of min-max normalised lane scores (measured against RRF
-    # in serving/search/fusion.py); "rrf": weighted reciprocal rank fusion. Under both
-    # calibrated and convex, rrf_k still shapes the ranked lanes (title, structure):
-    # (k + 1) / (k + rank).
+    # each (serving/search/calibration.py); "convex": weighted sum of min-max normalised
+    # lane scores (measured against RRF in serving/search/fusion.py); "rrf": weighted
+    # reciprocal rank fusion. Under both calibrated and convex, rrf_k still shapes the
+    # ranked lanes (title, structure): (k + 1) / (k + rank).
     fusion: str = "calibrated"
     vector_weight: float = 1.0
     keyword_weight: float = 1.0
