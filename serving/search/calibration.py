@@ -19,8 +19,8 @@ Here the lanes only propose candidates. Every candidate in the pool is then scor
 
 and a logistic model maps whichever of those the candidate has to P(relevant). Which
 evidence a candidate has follows from who can read it: the English-only model neither a
-Russian query nor a Russian passage, BM25 nothing in another script than the query's,
-the multilingual model everything. So a passage in another script is judged on the
+Russian query nor a Russian passage, BM25 nothing in a script none of the query's words
+is written in, the multilingual model everything. So a passage in another script is judged on the
 multilingual model's evidence alone, by a model fitted on exactly such candidates, and
 must beat same-language candidates on a common scale, not just top its own lane.
 
