@@ -354,8 +354,9 @@ def _calibrated(call: _Call) -> None:
     zscores, configs, scripts = pool_evidence(call.conn, pool, probes)
     # who reads what matters only beside the multilingual lane, the one reader of every
     # passage: without it each lane speaks for whatever it returned, as under the convex rule
-    if cfg.language_aware and call.mvh:
-        readers = readers_of(pool, scripts, script(call.text),
+    aware, query_script = cfg.language_aware and bool(call.mvh), script(call.text)
+    if aware:
+        readers = readers_of(pool, scripts, query_script,
                              primary_reads=call.primary_reads and call.qvec is not None,
                              primary_monolingual=call.languages is not None, word_scripts=word_scripts(call.text))
     else:
@@ -369,7 +370,7 @@ def _calibrated(call: _Call) -> None:
     else:
         readers = {pid: lanes - {"keyword"} for pid, lanes in readers.items()}
     graded = cfg.vector_weight + cfg.keyword_weight
-    prior = script_prior(call.resp.keyword_trace, script(call.text)) if cfg.language_aware and call.mvh else 0.0
+    prior = script_prior(call.resp.keyword_trace, query_script) if aware else 0.0
     call.fused = calibrated_fusion(call.lanes, zscores=zscores, keyword_share=shares, readers=readers,
                                    k=cfg.rrf_k, graded_weight=graded, cross_prior=prior)
     call.stages["fusion"] = (f"ok: calibrated P(relevant) from every lane that reads each candidate, x {graded:g}, "
