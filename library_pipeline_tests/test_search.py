@@ -337,7 +337,41 @@ def test_the_pool_is_scored_from_stored_vectors_whatever_lane_found_it(conn, emb
     outside = next(r.passage_id for r in other.results if r.passage_id not in {x.passage_id for x in vec.results})
     qvec = embedder.encode_queries([query])[0]
     probe = Probe("vector", "embedding", embedder.name, embedder.dims, qvec)
-    z, configs, scripts = pool_evidence(conn, [inside, outside], [probe])
+    pool = pool_evidence(conn, [inside, outside], [probe])
+    z = pool.zscores
     _, sd = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, qvec)
     assert set(z["vector"]) == {inside, outside} and z["vector"][inside] > z["vector"][outside]
-    assert configs[outside] == "russian" and scripts[outside] == "cyrillic" and sd > 0
+    assert pool.configs[outside] == "russian" and pool.scripts[outside] == "cyrillic" and sd > 0
+
+
+def test_every_candidate_is_scored_by_bm25_whatever_lane_found_it(conn, embedder):
+    """The keyword lane returning only its best passage, the passages only the vector lane
+    found still get their BM25 - the same sum the lane computes - and the candidates holding
+    none of the query's words get none."""
+    from serving.search.calibration import bm25_terms, pool_evidence
+
+    query = "whale ship harpooneer"
+    cfg = SearchConfig(keyword_depth=1, rerank=False, log_queries=False, summaries=False)
+    resp = search(conn, embedder, query, top_k=10, config=cfg)
+    assert sum(1 for r in resp.results if "keyword" in r.lanes) == 1
+    by_vector = [r for r in resp.results if "keyword" not in r.lanes]
+    with_words = [r for r in by_vector if r.lane_scores.get("keyword", 0) > 0]
+    assert with_words, "no vector-only candidate got keyword evidence"
+    english = next(e for e in resp.keyword_trace if e["config"] == "english")
+    idf = {t["lexeme"]: t["idf"] for t in english["terms"]}
+
+    def term_counts(pid: int) -> tuple[dict[str, int], int]:
+        rows = conn.execute("SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1), length(p.tsv) "
+                            "FROM passages p, unnest(p.tsv) u WHERE p.id = %s AND u.lexeme = ANY(%s)",
+                            (pid, list(idf))).fetchall()
+        return {lex: n for lex, n, _ in rows}, (rows[0][2] if rows else 0)
+
+    for r in by_vector:
+        assert (r.lane_scores.get("keyword", 0) > 0) == bool(term_counts(r.passage_id)[0]), r.text[:80]
+    # the BM25 behind the evidence is the lane's sum, term by term
+    pid = with_words[0].passage_id
+    pool = pool_evidence(conn, [pid], [], bm25_terms(resp.keyword_trace), cfg.bm25_k1, cfg.bm25_b)
+    tf, length = term_counts(pid)
+    k1, b, avgdl = cfg.bm25_k1, cfg.bm25_b, english["avg_length"]
+    expected = sum(idf[t] * f * (k1 + 1) / (f + k1 * (1 - b + b * length / avgdl)) for t, f in tf.items())
+    assert abs(pool.bm25[pid] - expected) < 1e-6 * max(expected, 1.0)

@@ -53,13 +53,13 @@ from serving.search.lanes import LaneHits
 # back to the largest listed subset of it (`probability`).
 EVIDENCE = ("vector", "multilingual", "keyword")
 MODELS: dict[tuple[str, ...], tuple[tuple[float, ...], float]] = {
-    ("vector", "multilingual", "keyword"): ((0.893, 0.185, 7.307), -6.518),
-    ("vector", "keyword"): ((0.961, 7.625), -6.302),
+    ("vector", "multilingual", "keyword"): ((0.806, 0.089, 10.155), -6.413),
+    ("vector", "keyword"): ((0.835, 10.377), -6.31),
     ("vector", "multilingual"): ((1.177, 0.345), -6.777),
     ("vector",): ((1.329,), -6.365),
-    ("multilingual", "keyword"): ((0.735, 18.774), -6.389),
+    ("multilingual", "keyword"): ((0.738, 18.795), -6.399),
     ("multilingual",): ((1.717,), -6.841),
-    ("keyword",): ((15.406,), -4.893),
+    ("keyword",): ((18.084,), -5.172),
 }
 
 # text-search configurations whose passages are written in Cyrillic (schema.sql's map of
@@ -149,15 +149,51 @@ class Probe:
     qvec: np.ndarray
 
 
-def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe]
-                  ) -> tuple[dict[str, dict[int, float]], dict[int, str], dict[int, str]]:
-    """lane -> passage -> z-score of its similarity under that lane's model (only passages
-    that model embedded); passage -> its text-search configuration; passage -> its script
-    (serving.search.language.script of its first 300 characters)."""
+@dataclass
+class PoolEvidence:
+    """What `pool_evidence` reads of the pool in one statement."""
+    zscores: dict[str, dict[int, float]]    # lane -> passage -> z-score under that lane's model
+    configs: dict[int, str]                 # passage -> its text-search configuration
+    scripts: dict[int, str]                 # passage -> script of its first 300 characters
+    bm25: dict[int, float]                  # passage -> BM25 of the query's terms in it
+    documents: dict[int, int | None]        # passage -> its document
+
+
+def bm25_terms(trace: list[dict]) -> list[tuple[str, str, float, float]]:
+    """(configuration, lexeme, idf, average length) of each query term the keyword lane
+    scored with, from its trace."""
+    return [(entry["config"], term["lexeme"], float(term["idf"]), float(entry.get("avg_length") or 1.0))
+            for entry in trace for term in entry.get("terms", [])]
+
+
+# BM25 of the query's terms in one passage, from its own tsvector (the keyword lane's sum,
+# exact: the lane reads a common term's postings only down to a bound)
+_PASSAGE_BM25 = sql.SQL(
+    "(SELECT sum(q.idf * tf.n * %(k1p1)s / (tf.n + %(k1)s * (1 - %(b)s + %(b)s * length(p.tsv) / q.avgdl))) "
+    " FROM unnest(%(tcfg)s::regconfig[], %(tlex)s::text[], %(tidf)s::float8[], %(tavg)s::float8[]) "
+    "      AS q(c, lexeme, idf, avgdl) "
+    " CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1) AS n FROM unnest(p.tsv) u "
+    "                     WHERE u.lexeme = q.lexeme) tf "
+    " WHERE q.c = p.ts_config)")
+
+
+def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe],
+                  terms: list[tuple[str, str, float, float]] | None = None, k1: float = 1.2,
+                  b: float = 0.75) -> PoolEvidence:
+    """Every pool passage scored in one statement: under each probe's model (only passages
+    that model embedded) as a z-score against the background sample, and by BM25 of
+    `terms` (bm25_terms) when given."""
+    out = PoolEvidence({p.lane: {} for p in probes}, {}, {}, {}, {})
     if not ids:
-        return {}, {}, {}
-    cols = [sql.SQL("p.ts_config::text"), sql.SQL("left(p.content, 300)")]
+        return out
+    cols = [sql.SQL("p.ts_config::text"), sql.SQL("left(p.content, 300)"), sql.SQL("p.document_id")]
     params: dict = {"ids": ids}
+    if terms:
+        cols.append(_PASSAGE_BM25)
+        params.update(k1=k1, k1p1=k1 + 1.0, b=b, tcfg=[t[0] for t in terms], tlex=[t[1] for t in terms],
+                      tidf=[t[2] for t in terms], tavg=[max(t[3], 1e-9) for t in terms])
+    else:
+        cols.append(sql.SQL("NULL::float8"))
     stats: list[tuple[float, float] | None] = []
     for i, probe in enumerate(probes):
         model_col = "embed_model" if probe.column == "embedding" else "embed_model_multi"
@@ -169,15 +205,14 @@ def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe]
         stats.append(BACKGROUND.stats(conn, probe.column, probe.model, probe.dims, probe.qvec))
     rows = conn.execute(sql.SQL("SELECT p.id, {cols} FROM passages p WHERE p.id = ANY(%(ids)s)").format(
         cols=sql.SQL(", ").join(cols)), params).fetchall()
-    out: dict[str, dict[int, float]] = {p.lane: {} for p in probes}
-    configs: dict[int, str] = {}
-    scripts: dict[int, str] = {}
-    for row in rows:
-        configs[row[0]], scripts[row[0]] = row[1], script(row[2])
-        for probe, st, sim in zip(probes, stats, row[3:]):
+    for pid, config, head, document, bm25, *sims in rows:
+        out.configs[pid], out.scripts[pid], out.documents[pid] = config, script(head), document
+        if bm25 is not None:
+            out.bm25[pid] = float(bm25)
+        for probe, st, sim in zip(probes, stats, sims):
             if sim is not None and st is not None:
-                out[probe.lane][row[0]] = (float(sim) - st[0]) / st[1]
-    return out, configs, scripts
+                out.zscores[probe.lane][pid] = (float(sim) - st[0]) / st[1]
+    return out
 
 
 def bm25_ceiling(trace: list[dict], lexemes: dict[str, set[str]], k1: float) -> dict[str, float]:
@@ -196,19 +231,26 @@ def bm25_ceiling(trace: list[dict], lexemes: dict[str, set[str]], k1: float) -> 
     return out
 
 
-def keyword_evidence(hits: LaneHits, configs: dict[int, str], ceiling: dict[str, float], doc_weight: float
-                     ) -> dict[int, float]:
-    """passage -> its keyword lane score over the most its query terms could give: the
-    ceiling of its configuration, times 1 + doc_weight where the lane added the document's
-    BM25 (0 for a document-filtered search, which scores passages alone). One share, not
-    the passage's and the document's apart: fitted apart on XQuAD the passage's own weight
-    came out negative (-8.5 beside +16.4 for its document's, which moves with it), which
-    would rank a book's passages upside down."""
+def keyword_evidence(pool: PoolEvidence, doc_scores: dict[int, float], ceiling: dict[str, float],
+                     doc_weight: float) -> dict[int, float]:
+    """passage -> its BM25 as the keyword lane sums it (its own score plus doc_weight x its
+    document's: `doc_scores`, the lane's, where the lane scored that document, else the
+    passage's own, as the lane does for a document it did not score) over the most its
+    query terms could give (the ceiling of its configuration, times 1 + doc_weight; 0 for a
+    document-filtered search, which scores passages alone). Every pool candidate gets it,
+    not only the lane's top hits: a short OCR page close in meaning to the question, whose
+    document's BM25 was below the long books', had counted 0.
+
+    One share, not the passage's and the document's apart: fitted apart on XQuAD the
+    passage's own weight came out negative (-8.5 beside +16.4 for its document's, which
+    moves with it), which would rank a book's passages upside down."""
     out: dict[int, float] = {}
-    for pid, score in zip(hits.ids, hits.scores):
-        top = ceiling.get(configs.get(pid, ""))
-        if top and pid not in out:
-            out[pid] = min(score / (top * (1.0 + doc_weight)), 1.0)
+    for pid, own in pool.bm25.items():
+        top = ceiling.get(pool.configs.get(pid, ""))
+        if top:
+            doc = pool.documents.get(pid)
+            whole = doc_scores.get(doc, own) if doc is not None else own
+            out[pid] = min((own + doc_weight * whole) / (top * (1.0 + doc_weight)), 1.0)
     return out
 
 
@@ -230,7 +272,7 @@ def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str,
                       keyword_share: dict[int, float], readers: dict[int, set[str]], k: int,
                       graded_weight: float, cross_prior: float = 0.0) -> list[Fused]:
     """`zscores`: lane -> passage -> z (pool_evidence); `keyword_share`: passage ->
-    keyword_evidence's share (0 for a passage BM25 did not return); `readers`: passage ->
+    keyword_evidence's share (0 for a passage that holds none of the query's terms); `readers`: passage ->
     the lanes that can read it (others give it no evidence, for or against).
     Score = graded_weight x P(relevant) plus the ranked lanes (title, structure) as under
     the convex rule, (k + 1) / (k + rank) x their weight, so "title weight 2 = the graded

@@ -1,8 +1,10 @@
 """search(): the one function agents (MCP), the CLI and the evaluation harness call.
 
-Stage one runs the lanes (vector, keyword, title, structure) and fuses them (a
-weighted sum of normalised lane scores, serving/search/fusion.py); stage two
-reranks the entire fused pool with a cross-encoder when one is configured. Summaries (RAPTOR rows) are ranked in
+Stage one runs the lanes (serving/search/registry.py: vector, multilingual, keyword,
+structure, title) and fuses them (by default calibrated fusion, one probability of
+relevance per candidate, serving/search/calibration.py; or a weighted sum of normalised
+lane scores, serving/search/fusion.py); stage two reranks the entire fused pool with a
+cross-encoder when one is configured. Summaries (RAPTOR rows) are ranked in
 their own lane and returned beside the passages: compared head to head,
 agent-library's (github.com/CreateM1nd/agent-library) cross-encoder ranked every passage above every summary
 (passages share the query's words, summaries are abstractive), so the caller
@@ -20,10 +22,10 @@ statements do (READ COMMITTED takes a snapshot per statement either way), and a
 hit whose row vanished before hydration is dropped in both cases.
 
 `search` reads as its stages, in order: `_parse` → `_plan` → `_vector_stage`
-(`_vector_lanes`, `_summaries`; on `side` when given) beside `_text_lanes` →
-`_title_lane` → `_fuse` → `_hydrate_pool` (inside the read transaction) →
+(the vector lanes, `_summaries`; on `side` when given) beside `_text_lanes` →
+`_late_lanes` → `_fuse` → `_hydrate_pool` (inside the read transaction) →
 `_rerank` → `_assemble` → `_log`. Each stage fills its part of one call's state
-(`_Call`) and says in its docstring what it owns.
+(`Call`) and says in its docstring what it owns.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -39,15 +40,16 @@ import psycopg
 from serving.embedding import Embedder, embed_text_for_passage, embedder_languages, multilingual_embedder
 from serving.rerank import SKIPPED, Reranker, default_reranker, load_error
 from serving.search import health
-from serving.search.calibration import (Probe, bm25_ceiling, calibrated_fusion, keyword_evidence, pool_evidence,
-                                       readers_of, script_prior)
-from serving.search.doclanes import structure_lane, title_lane
+from serving.search.calibration import (Probe, bm25_ceiling, bm25_terms, calibrated_fusion, keyword_evidence,
+                                       pool_evidence, readers_of, script_prior)
+from serving.search.call import Call
+from serving.search.call import ms_since as _ms
 from serving.search.filters import passage_predicate, resolve_paths
-from serving.search.fusion import Fused, fuse, lane_weight
-from serving.search.keyword import corpus_configs, keyword_lane, query_lexemes
+from serving.search.fusion import fuse
+from serving.search.keyword import corpus_configs, query_lexemes
 from serving.search.language import query_language, script, word_scripts
-from serving.search.lanes import LaneHits
 from serving.search.query import normalise_query, validate_top_k
+from serving.search.registry import POSITION, run_phase
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
 from serving.search.titles import NAMES
 from serving.search.types import SearchConfig, SearchFilters, SearchResponse
@@ -57,64 +59,6 @@ from serving.threads import adopt_torch_threads, torch_threads
 log = logging.getLogger(__name__)
 
 _DEFAULT: Any = object()
-
-
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
-
-
-@dataclass
-class _Call:
-    """One search call's state, filled in by the stages in order."""
-    conn: psycopg.Connection
-    embedder: Embedder
-    text: str
-    k: int
-    cfg: SearchConfig
-    filters: SearchFilters
-    reranker: Reranker | None
-    resp: SearchResponse
-    started: float
-    # plan
-    predicate: Any = None
-    breaker: Any = None
-    multi: Embedder | None = None
-    languages: Any = None
-    primary_reads: bool = True
-    vector_bypassed: bool = False
-    # lanes: (hits, weight); the vector stage's and the text lanes' are kept apart while the
-    # two may run at once, then joined primary vector lane first (fusion's input order)
-    lanes: list[tuple[LaneHits, float]] = field(default_factory=list)
-    vector_lanes: list[tuple[LaneHits, float]] = field(default_factory=list)
-    text_lanes: list[tuple[LaneHits, float]] = field(default_factory=list)
-    lexeme_sets: dict[str, set[str]] = field(default_factory=dict)
-    names: Any = None
-    vec: LaneHits | None = None
-    mvh: LaneHits | None = None
-    kw: LaneHits | None = None
-    qvec: Any = None
-    mvec: Any = None
-    # fusion, summaries, rows
-    fused: list[Fused] = field(default_factory=list)
-    summaries: LaneHits | None = None
-    use_rerank: bool = False
-    rows: dict[int, tuple] = field(default_factory=dict)
-    pool_reason: str | None = None
-    # rerank
-    ordered: list[tuple[Fused, float]] = field(default_factory=list)
-    rerank_reason: str | None = None
-
-    @property
-    def stages(self) -> dict[str, str]:
-        return self.resp.stages
-
-    @property
-    def timings(self) -> dict[str, float]:
-        return self.resp.timings
-
-    @property
-    def warnings(self) -> list[str]:
-        return self.resp.warnings
 
 
 # the vector stages of searches given a second connection; a search waits for its own,
@@ -137,16 +81,16 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
         _plan(call, multilingual)
         job: Future | None = None
         if side is not None and _needs_vectors(call):
-            job = _SIDE.submit(_vector_stage_in_transaction, call, multilingual, side, torch_threads())
+            job = _SIDE.submit(_vector_stage_in_transaction, call, side, torch_threads())
         else:
-            _vector_stage(call, multilingual, conn)
+            _vector_stage(call, conn)
         try:
             _text_lanes(call)
         finally:
             if job is not None:
                 # never leave `side` in use past this call, even when the text lanes failed
                 job.result()
-        _title_lane(call)
+        _late_lanes(call)
         _fuse(call)
         _hydrate_pool(call)
     _rerank(call)          # outside the read transaction: the model may take a while
@@ -157,7 +101,7 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
 
 def _parse(conn: psycopg.Connection, embedder: Embedder, query: str, top_k: int,
            filters: SearchFilters | dict[str, Any] | None, config: SearchConfig | None,
-           reranker: Reranker | None) -> _Call:
+           reranker: Reranker | None) -> Call:
     """Owns the caller's input: the query text and top_k normalised (warnings for what was
     changed), the filters validated, the configuration and its default reranker chosen."""
     started = time.perf_counter()
@@ -171,11 +115,11 @@ def _parse(conn: psycopg.Connection, embedder: Embedder, query: str, top_k: int,
     if reranker is None and cfg.rerank:
         reranker = default_reranker()
     resp = SearchResponse(query=text, results=[], warnings=warnings, config_label=cfg.label, score_kind=cfg.fusion)
-    return _Call(conn=conn, embedder=embedder, text=text, k=k, cfg=cfg, filters=filters, reranker=reranker,
+    return Call(conn=conn, embedder=embedder, text=text, k=k, cfg=cfg, filters=filters, reranker=reranker,
                  resp=resp, started=started)
 
 
-def _plan(call: _Call, multilingual: Embedder | None) -> None:
+def _plan(call: Call, multilingual: Embedder | None) -> None:
     """Owns what the lanes share: path filters resolved to documents, the visibility predicate,
     the breaker's state, the vector scan options, the second vector model, and which models
     can read the query's language (serving/search/fusion.py trust_factors)."""
@@ -185,8 +129,10 @@ def _plan(call: _Call, multilingual: Embedder | None) -> None:
     call.breaker = health.read_breaker(conn)
     if cfg.multilingual:
         call.multi = multilingual_embedder() if multilingual is _DEFAULT else multilingual
+        call.multi_off = None if call.multi is not None else "off: LIBRARY_EMBED_MULTILINGUAL=off"
     if call.multi is not None and call.multi.name == call.embedder.name:
         call.multi = None   # the primary model is the multilingual one: one lane reads it
+        call.multi_off = "off: the primary model is the multilingual one"
     qlang = query_language(call.text)
     call.resp.query_language = qlang
     call.languages = embedder_languages(call.embedder)
@@ -194,112 +140,51 @@ def _plan(call: _Call, multilingual: Embedder | None) -> None:
     call.vector_bypassed = call.breaker.is_open("vector")
 
 
-def _needs_vectors(call: _Call) -> bool:
+def _needs_vectors(call: Call) -> bool:
     """Whether the vector stage will query the database (else a second connection buys nothing)."""
     cfg = call.cfg
     return not call.vector_bypassed and (cfg.vector or cfg.summaries or (cfg.multilingual and call.multi is not None))
 
 
-def _vector_stage_in_transaction(call: _Call, multilingual: Embedder | None, side: psycopg.Connection,
-                                 threads: int | None) -> None:
+def _vector_stage_in_transaction(call: Call, side: psycopg.Connection, threads: int | None) -> None:
     adopt_torch_threads(threads)   # the query vectors of the caller's thread, bit for bit
     with side.transaction():
-        _vector_stage(call, multilingual, side)
+        _vector_stage(call, side)
 
 
-def _vector_stage(call: _Call, multilingual: Embedder | None, conn: psycopg.Connection) -> None:
+def _vector_stage(call: Call, conn: psycopg.Connection) -> None:
     """Owns everything that needs a query vector, on `conn` (the search's connection, or the
-    second one): the HNSW scan options of that transaction, the vector lanes, the summaries."""
+    second one): the HNSW scan options of that transaction, the vector lanes (registry.py:
+    the multilingual one first, its hits decide whether an English-only primary model may
+    stand aside), the summaries."""
     set_scan_options(conn, call.cfg.ef_search, call.cfg.max_scan_tuples)
-    _vector_lanes(call, multilingual, conn)
+    run_phase(call, "vector", conn, call.vector_lanes)
     _summaries(call, conn)
 
 
-def _vector_lanes(call: _Call, multilingual: Embedder | None, conn: psycopg.Connection) -> None:
-    """Owns the query embeddings and the two vector lanes: the multilingual one first (its hits
-    decide whether an English-only primary model may stand aside), then the primary one."""
-    cfg, stages, timings = call.cfg, call.stages, call.timings
-    embedder, multi, breaker, text = call.embedder, call.multi, call.breaker, call.text
-    depth, exact = max(cfg.vector_depth, call.k), bool(call.filters.document_ids)
-    if not cfg.multilingual:
-        stages["multilingual"] = "off"
-    elif multi is None:
-        stages["multilingual"] = ("off: the primary model is the multilingual one"
-                                  if multilingual is _DEFAULT and multilingual_embedder() is not None
-                                  else "off: LIBRARY_EMBED_MULTILINGUAL=off")
-    elif call.vector_bypassed:
-        stages["multilingual"] = "skipped: " + breaker.describe("vector")
-    else:
-        t = time.perf_counter()
-        call.mvec = multi.encode_queries([text])[0]
-        timings["embed_multilingual"] = _ms(t)
-        call.mvh = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate, depth=depth,
-                               exact=exact, column="multilingual", name="multilingual")
-        call.vector_lanes.append((call.mvh, lane_weight("multilingual", cfg)))
-
-    # an English-only model is left out for a query it cannot read when the
-    # multilingual lane found passages to stand in with (a library not yet embedded
-    # by the second model keeps the primary lane)
-    foreign = bool(call.mvh) and cfg.language_aware and not call.primary_reads
-    primary_on = cfg.vector and (not foreign or cfg.vector_weight_foreign > 0)
-    if (primary_on or (cfg.summaries and call.mvec is None)) and not call.vector_bypassed:
-        t = time.perf_counter()
-        call.qvec = embedder.encode_queries([text])[0]
-        timings["embed"] = _ms(t)
-    if not cfg.vector:
-        stages["vector"] = "off"
-    elif call.vector_bypassed:
-        stages["vector"] = "skipped: " + breaker.describe("vector")
-    elif not primary_on:
-        stages["vector"] = (f"skipped: {embedder.name} reads {', '.join(call.languages or ())} only, the query "
-                            f"is {call.resp.query_language}; the multilingual lane stands in")
-    else:
-        call.vec = vector_lane(conn, embedder.name, embedder.dims, call.qvec, call.predicate, depth=depth,
-                               exact=exact)
-        call.vector_lanes.insert(0, (call.vec, lane_weight("vector", cfg, foreign=foreign)))
-
-
-def _text_lanes(call: _Call) -> None:
-    """Owns the lanes that read words and need no vector hits: the query's lexemes per
-    text-search configuration in use, then the keyword (BM25) and structure lanes."""
-    conn, cfg, filters, predicate, stages = call.conn, call.cfg, call.filters, call.predicate, call.stages
-    stats = corpus_configs(conn) if cfg.keyword else []
+def _text_lanes(call: Call) -> None:
+    """Owns what the lanes that read words share - the query's lexemes per text-search
+    configuration in use, the name index - and runs them (registry.py: keyword, structure)."""
+    conn, cfg = call.conn, call.cfg
+    stats = call.keyword_stats = corpus_configs(conn) if cfg.keyword else []
     names = call.names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
     configs = sorted({s.name for s in stats} | set(names.configs if names else ()))
     t = time.perf_counter()
-    lexemes = query_lexemes(conn, call.text, configs)
+    lexemes = call.lexemes = query_lexemes(conn, call.text, configs)
     call.timings["lexemes"] = _ms(t)
-    query_sets = call.lexeme_sets = {c: set(v) for c, v in lexemes.items()}
+    call.lexeme_sets = {c: set(v) for c, v in lexemes.items()}
     if configs and not any(lexemes.values()):
         call.warnings.append("the query has no searchable words (only stopwords, punctuation or symbols): "
                              "results are the passages nearest in meaning, nothing more")
-
-    if cfg.keyword:
-        call.kw, call.resp.keyword_trace = keyword_lane(conn, lexemes, stats, predicate, cfg,
-                                                        narrow=bool(filters.document_ids),
-                                                        filtered=not filters.is_empty)
-        call.text_lanes.append((call.kw, lane_weight("keyword", cfg)))
-    else:
-        stages["keyword"] = "off"
-    if cfg.structure and names is not None:
-        st = structure_lane(conn, call.text, names, query_sets, predicate, depth=cfg.structure_depth)
-        if st is not None:
-            call.text_lanes.append((st, cfg.structure_weight))
+    run_phase(call, "text", conn, call.text_lanes)
 
 
-def _title_lane(call: _Call) -> None:
-    """Owns the title lane (it picks titles among the other lanes' hits, so it runs once they
-    are all in) and the joined lane list with each lane's status and time."""
-    cfg, names = call.cfg, call.names
-    if cfg.title and names is not None:
-        tl = title_lane(call.conn, names, call.lexeme_sets, call.predicate, call.filters,
-                        [h for h in (call.vec, call.mvh, call.kw) if h],
-                        depth=cfg.title_depth, min_terms=cfg.title_min_terms,
-                        min_query_share=cfg.title_query_share)
-        call.text_lanes.append((tl, cfg.title_weight))
-    elif not cfg.title:
-        call.stages["title"] = "off"
-    call.lanes = call.vector_lanes + call.text_lanes
+def _late_lanes(call: Call) -> None:
+    """Owns the lanes that read the other lanes' hits (registry.py: the title lane picks
+    titles among them, so it runs once they are all in) and the joined lane list with each
+    lane's status and time."""
+    run_phase(call, "after", call.conn, call.text_lanes)
+    call.lanes = sorted(call.vector_lanes + call.text_lanes, key=lambda hw: POSITION.get(hw[0].name, len(POSITION)))
     for hits, _ in call.lanes:
         call.stages[hits.name] = hits.status
         call.timings[hits.name] = hits.ms
@@ -318,7 +203,7 @@ def _in_order(entries: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(entries.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
-def _fuse(call: _Call) -> None:
+def _fuse(call: Call) -> None:
     """Owns fusion's input (each hit's script when the multilingual lane ran) and its output:
     the fused pool, and each lane's status as fusion left it."""
     cfg, stages = call.cfg, call.stages
@@ -341,7 +226,7 @@ def _fuse(call: _Call) -> None:
     call.resp.pool_size = len(call.fused)
 
 
-def _calibrated(call: _Call) -> None:
+def _calibrated(call: Call) -> None:
     """Calibrated fusion (serving/search/calibration.py): every candidate of the graded lanes
     scored under each model from its stored vector and by BM25, then one P(relevant) each."""
     cfg = call.cfg
@@ -351,37 +236,44 @@ def _calibrated(call: _Call) -> None:
         probes.append(Probe("vector", "embedding", call.embedder.name, call.embedder.dims, call.qvec))
     if call.mvec is not None and call.multi is not None:
         probes.append(Probe("multilingual", "embedding_multi", call.multi.name, call.multi.dims, call.mvec))
-    zscores, configs, scripts = pool_evidence(call.conn, pool, probes)
+    scored_by_bm25 = call.kw is not None and cfg.keyword
+    evidence = pool_evidence(call.conn, pool, probes,
+                             bm25_terms(call.resp.keyword_trace) if scored_by_bm25 else None,
+                             cfg.bm25_k1, cfg.bm25_b)
     # who reads what matters only beside the multilingual lane, the one reader of every
     # passage: without it each lane speaks for whatever it returned, as under the convex rule
     aware, query_script = cfg.language_aware and bool(call.mvh), script(call.text)
     if aware:
-        readers = readers_of(pool, scripts, query_script,
+        readers = readers_of(pool, evidence.scripts, query_script,
                              primary_reads=call.primary_reads and call.qvec is not None,
                              primary_monolingual=call.languages is not None, word_scripts=word_scripts(call.text))
     else:
         readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}
     shares: dict[int, float] = {}
-    if call.kw is not None and cfg.keyword:
+    if scored_by_bm25:
         ceiling = bm25_ceiling(call.resp.keyword_trace, call.lexeme_sets, cfg.bm25_k1)
         # a document-filtered search's keyword lane scores passages alone (no document share)
         doc_weight = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight
-        shares = keyword_evidence(call.kw, configs, ceiling, doc_weight)
+        shares = keyword_evidence(evidence, call.kw.doc_scores, ceiling, doc_weight)
     else:
         readers = {pid: lanes - {"keyword"} for pid, lanes in readers.items()}
     graded = cfg.vector_weight + cfg.keyword_weight
     prior = script_prior(call.resp.keyword_trace, query_script) if aware else 0.0
-    call.fused = calibrated_fusion(call.lanes, zscores=zscores, keyword_share=shares, readers=readers,
+    call.fused = calibrated_fusion(call.lanes, zscores=evidence.zscores, keyword_share=shares, readers=readers,
                                    k=cfg.rrf_k, graded_weight=graded, cross_prior=prior)
     call.stages["fusion"] = (f"ok: calibrated P(relevant) from every lane that reads each candidate, x {graded:g}, "
                              f"plus ranked lanes (k+1)/(k+rank), k={cfg.rrf_k}, over {len(call.fused)} candidates")
 
 
-def _summaries(call: _Call, conn: psycopg.Connection) -> None:
+def _summaries(call: Call, conn: psycopg.Connection) -> None:
     """Owns the summaries lane (RAPTOR rows, ranked apart from passages) and the note that
     summary trees are still being built."""
     cfg, stages, timings = call.cfg, call.stages, call.timings
     exact = bool(call.filters.document_ids)
+    if cfg.summaries and call.qvec is None and call.mvec is None and not call.vector_bypassed:
+        t = time.perf_counter()
+        call.qvec = call.embedder.encode_queries([call.text])[0]
+        timings["embed"] = _ms(t)
     if not cfg.summaries:
         stages["summaries"] = "off"
     elif call.mvec is not None and call.mvh and (not call.primary_reads or call.qvec is None):
@@ -407,7 +299,7 @@ def _summaries(call: _Call, conn: psycopg.Connection) -> None:
                                     "(built automatically after ingest)")
 
 
-def _hydrate_pool(call: _Call) -> None:
+def _hydrate_pool(call: Call) -> None:
     """Owns loading the rows to return (the whole fused pool when it will be reranked, else the
     top k, plus the summaries), and why an unfiltered search found nothing."""
     cfg, fused = call.cfg, call.fused
@@ -424,7 +316,7 @@ def _hydrate_pool(call: _Call) -> None:
             call.warnings.append("the library has no passages yet")
 
 
-def _rerank(call: _Call) -> None:
+def _rerank(call: Call) -> None:
     """Owns stage two: the cross-encoder reorders the whole fused pool; when it is off, open,
     unloaded or fails, the fused order stands and the stage says why."""
     cfg, stages, reranker, rows = call.cfg, call.stages, call.reranker, call.rows
@@ -455,7 +347,7 @@ def _rerank(call: _Call) -> None:
         stages["rerank"] = "skipped: fewer than 2 candidates"
 
 
-def _assemble(call: _Call) -> None:
+def _assemble(call: Call) -> None:
     """Owns the answer's lists: the top k passages in their final order, and the summaries."""
     rows = call.rows
     call.resp.results = [to_result(rows[f.id], score, f.lanes, f) for f, score in call.ordered if f.id in rows][:call.k]
@@ -465,7 +357,7 @@ def _assemble(call: _Call) -> None:
                                if pid in rows]
 
 
-def _log(call: _Call) -> None:
+def _log(call: Call) -> None:
     """Owns the bookkeeping, in its own short transaction: what was degenerate, the breaker
     counts, the query log row, and a warning for each open breaker."""
     resp, vec, filters = call.resp, call.vec, call.filters

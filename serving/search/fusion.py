@@ -203,12 +203,11 @@ def trust_factors(lanes: list[LaneHits], scripts: dict[int, str], query_script: 
 
 
 def lane_weight(name: str, cfg, *, foreign: bool = False) -> float:
-    """A lane's configured weight (SearchConfig); `foreign`: the query is in a language
+    """A lane's configured weight (SearchConfig's `<name>_weight`); `foreign`: the query is in a language
     the primary model does not read and the multilingual lane stands in."""
     if name == "vector":
         return cfg.vector_weight * (cfg.vector_weight_foreign if foreign else 1.0)
-    return {"multilingual": cfg.multilingual_weight, "keyword": cfg.keyword_weight,
-            "title": cfg.title_weight, "structure": cfg.structure_weight}.get(name, 1.0)
+    return float(getattr(cfg, f"{name}_weight", 1.0))
 
 
 def fuse(lanes: list[tuple[LaneHits, float]], cfg, *, scripts: dict[int, str], query_script: str,
