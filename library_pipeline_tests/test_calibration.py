@@ -40,15 +40,15 @@ def test_ceiling_counts_terms_the_corpus_lacks_at_the_top_idf():
     assert math.isclose(bm25_ceiling(trace, {}, 1.2)["russian"], 0.4 * 2.2)
 
 
-def test_keyword_share_is_bm25_as_the_lane_sums_it_over_what_the_query_could_score():
-    # passages 1 and 2 in document 10, whose BM25 the lane computed (30); passage 3 in a
-    # document the lane never scored counts its own score for it; 4 holds no query term
+def test_keyword_share_is_bm25_of_passage_and_window_over_what_the_query_could_score():
+    # passage 1's window holds more of the query's terms than it does; 3 has no window (a
+    # memory: its own context); 4 holds none of the query's terms and gets nothing
     pool = PoolEvidence({}, {1: "english", 2: "english", 3: "english", 4: "english"}, {},
-                        {1: 9.0, 2: 6.0, 3: 8.0}, {1: 10, 2: 10, 3: 11, 4: 12})
-    share = keyword_evidence(pool, {10: 30.0}, {"english": 20.0}, 1.0)
-    assert share == {1: (9 + 30) / 40, 2: (6 + 30) / 40, 3: (8 + 8) / 40}
-    # a document-filtered search scores passages alone (no document share); capped at 1
-    assert keyword_evidence(pool, {10: 30.0}, {"english": 8.0}, 0.0) == {1: 1.0, 2: 0.75, 3: 1.0}
+                        {1: 9.0, 2: 0.0, 3: 8.0}, {1: 10, 2: 10, 3: None, 4: 12}, window={1: 31.0, 2: 6.0})
+    share = keyword_evidence(pool, {"english": 20.0}, 1.0)
+    assert share == {1: (9 + 31) / 40, 2: 6 / 40, 3: (8 + 8) / 40}
+    # a document-filtered search scores passages alone (no context share); capped at 1
+    assert keyword_evidence(pool, {"english": 8.0}, 0.0) == {1: 1.0, 2: 0.0, 3: 1.0}
 
 
 def test_probability_rises_with_every_kind_of_evidence():

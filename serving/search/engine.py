@@ -239,7 +239,7 @@ def _calibrated(call: Call) -> None:
     scored_by_bm25 = call.kw is not None and cfg.keyword
     evidence = pool_evidence(call.conn, pool, probes,
                              bm25_terms(call.resp.keyword_trace) if scored_by_bm25 else None,
-                             cfg.bm25_k1, cfg.bm25_b)
+                             cfg.bm25_k1, cfg.bm25_b, cfg.keyword_window)
     # who reads what matters only beside the multilingual lane, the one reader of every
     # passage: without it each lane speaks for whatever it returned, as under the convex rule
     aware, query_script = cfg.language_aware and bool(call.mvh), script(call.text)
@@ -252,9 +252,9 @@ def _calibrated(call: Call) -> None:
     shares: dict[int, float] = {}
     if scored_by_bm25:
         ceiling = bm25_ceiling(call.resp.keyword_trace, call.lexeme_sets, cfg.bm25_k1)
-        # a document-filtered search's keyword lane scores passages alone (no document share)
-        doc_weight = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight
-        shares = keyword_evidence(evidence, call.kw.doc_scores, ceiling, doc_weight)
+        # a document-filtered search's keyword lane scores passages alone (no context share)
+        context = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight
+        shares = keyword_evidence(evidence, ceiling, context)
     else:
         readers = {pid: lanes - {"keyword"} for pid, lanes in readers.items()}
     graded = cfg.vector_weight + cfg.keyword_weight

@@ -17,9 +17,6 @@ class LaneHits:
     # spread and not only their order; the title and structure lanes' scores are
     # match counts, ranked only
     graded: bool = False
-    # the keyword lane's document BM25 per document it scored (the part its document weight
-    # multiplies): calibrated fusion gives a candidate the lane never returned the same sum
-    doc_scores: dict[int, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
