@@ -10,14 +10,13 @@ import logging
 
 import dagster as dg
 
-from library_pipeline_tests.conftest import load_benchmark
+from library_pipeline.testing import crash, load
 from library_pipeline_tests.ingest_helpers import ingest
 
 log = logging.getLogger(__name__)
 
 
 def test_20_mcp_clients_under_ingest_and_upkeep(make_db, tmp_path):
-    load, crash = load_benchmark("load"), load_benchmark("crash")
     library = tmp_path / "library"
     db = make_db(library)
     crash.write_small_library(library, files=4)

@@ -6,9 +6,9 @@ An accidental graph change (an asset that lost its partitions, a check that
 moved, a sensor that stopped targeting its job) fails here with a readable
 diff. An intended change is one command away:
 
-    LIBRARY_UPDATE_SNAPSHOT=1 .venv/bin/pytest library_pipeline_tests/test_definitions_snapshot.py
+    LIBRARY_UPDATE_SNAPSHOT=1 .venv/bin/pytest library_pipeline_tests/unit/test_definitions_snapshot.py
 
-which rewrites `snapshots/definitions.json` from `library_pipeline.definitions.defs`;
+which rewrites `library_pipeline_tests/snapshots/definitions.json` from `library_pipeline.definitions.defs`;
 review the diff and commit it with the change. Without that variable a missing
 snapshot file fails the test (it is never written implicitly).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshots" / "definitions.json"
 UPDATE_ENV = "LIBRARY_UPDATE_SNAPSHOT"
 
 
