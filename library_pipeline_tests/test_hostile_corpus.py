@@ -11,7 +11,6 @@ import logging
 import os
 from pathlib import Path
 
-import pytest
 
 from library_pipeline.testing import crash
 from library_pipeline.testing import hostile_corpus as hostile
@@ -110,16 +109,3 @@ def test_ingest_refuses_paths_outside_the_library(make_db, tmp_path):
     assert "outside the library" in summary["failures"][0][1]
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM pages WHERE text LIKE '%%launch codes%%'").fetchone()[0] == 0
-
-
-@pytest.mark.parametrize("name", ["bad-\udcff\udcfe.txt", "new\nline.txt", "tab\tand\x1bescape.md"])
-def test_hostile_names_round_trip(name, tmp_path):
-    """Names Postgres cannot store as they are map to a stored form and back."""
-    from library_pipeline.defs.ingest.partitions import fs_path, partition_key_for, scan_library
-
-    (tmp_path / name).write_text("words")
-    listed = scan_library(tmp_path)
-    (stored, path), = listed.items()
-    stored.encode("utf-8")  # storable
-    assert fs_path(tmp_path, stored) == tmp_path / name == path
-    assert "\n" not in partition_key_for(stored) and "\x1b" not in partition_key_for(stored)

@@ -89,9 +89,10 @@ def _child(request: dict[str, Any]) -> None:
 
     from library_pipeline.ingest_runner import run_ingest
     from serving.db import Database
-    from serving.settings import Settings
+    from serving.settings import Settings, reset_settings
 
     os.environ.update(request.get("env", {}))
+    reset_settings()  # this run's environment, not the one the zygote read its settings from
     _install_kill(request.get("kill"))
     db = Database(Settings.from_env())
     with dg.DagsterInstance.ephemeral() as instance:
@@ -103,7 +104,14 @@ def _child(request: dict[str, Any]) -> None:
 def serve_zygote() -> None:
     """Read one JSON request per stdin line, fork a child for it, answer one JSON
     line: {"pid", "killed", "signal", "exit", "maxrss_mb", "seconds", "summary"}."""
-    logging.basicConfig(level=os.environ.get("LIBRARY_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    from serving.settings import get_settings
+
+    # the multilingual lane's model is loaded and warmed before fork too, on one BLAS
+    # thread (a thread pool started before fork is not the child's); set before the
+    # settings are read
+    os.environ.setdefault("LIBRARY_USEM3_THREADS", "1")
+    settings = get_settings()
+    logging.basicConfig(level=settings.log_level, stream=sys.stderr)
     import dagster  # noqa: F401  (imported before fork so children start warm)
 
     import library_pipeline.ingest_runner  # noqa: F401
@@ -114,10 +122,7 @@ def serve_zygote() -> None:
     # one intra-op thread before any torch work: a forked child's first forward
     # pass hung forever on the thread pool the zygote had started (measured here)
     torch.set_num_threads(1)
-    load_embedder(os.environ.get("LIBRARY_EMBED_BACKEND", "minilm"))
-    # the multilingual lane's model too, loaded and warmed before fork, on one BLAS
-    # thread for the same reason (a thread pool started before fork is not the child's)
-    os.environ.setdefault("LIBRARY_USEM3_THREADS", "1")
+    load_embedder(settings.embed_backend)
     from serving.embedding import multilingual_embedder
 
     multilingual_embedder()
@@ -156,7 +161,8 @@ class Zygote:
     """Client side: `with Zygote(env) as z: z.run(kill="executemany:3")`."""
 
     def __init__(self, env: dict[str, str], log_path: Path | None = None) -> None:
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+        # the zygote logs warnings only unless the caller's environment says otherwise
+        self.env = {"LIBRARY_LOG_LEVEL": "WARNING", **os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                     "LIBRARY_TORCH_THREADS": "1", "PYTHONPATH": str(PACKAGES_ROOT), **env}
         self.log_path = log_path
         self.base_rss_mb = 0
