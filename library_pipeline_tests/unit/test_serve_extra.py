@@ -3,7 +3,7 @@ pipeline: every third-party module the `serving` package imports belongs to a
 distribution in the closure of the base dependencies (pyproject.toml, walked
 through the installed distributions' own requirements), and that closure holds
 no Dagster, spaCy, natasha or celery. A fresh virtualenv with `.[serve]` was
-checked the same way by hand (docs: README, "Install"); this keeps the split
+checked the same way by hand (README, "Installing only the MCP server"); this keeps the split
 from drifting when serving gains an import or a dependency moves."""
 
 from __future__ import annotations
