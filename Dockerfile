@@ -30,10 +30,11 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
 WORKDIR /opt/library-pipeline
-# dependencies in their own layer: code edits don't reinstall them
+# dependencies in their own layer: code edits don't reinstall them; the `pipeline`
+# extra is Dagster, spaCy, natasha, celery (the base alone is the MCP server's)
 COPY pyproject.toml README.md ./
 RUN mkdir -p library_pipeline serving && touch library_pipeline/__init__.py serving/__init__.py \
-    && pip install -e . "dagster-k8s==0.29.27" \
+    && pip install -e '.[pipeline]' "dagster-k8s==0.29.27" \
     && rm -rf library_pipeline serving
 
 COPY schema.sql workspace.yaml ./

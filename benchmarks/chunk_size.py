@@ -39,18 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from library_pipeline.testing.metrics import ndcg_at_k  # noqa: E402
+
 log = logging.getLogger("benchmarks.chunk_size")
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "beir_scifact"
-
-
-def ndcg_at_k(ranked: list[str], relevant: set[str], k: int = 10) -> float:
-    """Binary-relevance nDCG@k: gain 1 / log2(rank + 1) for each relevant id in
-    the top k, divided by the gain of a perfect ranking of min(|relevant|, k)."""
-    if not relevant:
-        return 0.0
-    dcg = sum(1.0 / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]) if doc in relevant)
-    ideal = sum(1.0 / math.log2(rank + 2) for rank in range(min(len(relevant), k)))
-    return dcg / ideal
 
 
 @dataclass

@@ -6,7 +6,7 @@
 Two corpora, both in an embedded Postgres under --home (default
 /tmp/library-bench; reuse with --reuse):
 
-1. the sample library (library_pipeline_tests/search_fixtures.py: chapters of
+1. the sample library (library_pipeline/testing/sample_library.py: chapters of
    Gutenberg books, SICP's front matter and TOC, the Russian Pushkin novel,
    vault notes, SciFact abstracts) - timed with a fixed list of realistic
    queries (titles, content, Russian, "table of contents").
@@ -139,7 +139,7 @@ def time_queries(conn, embedder, queries: list[str], *, repeat: int = 1, filters
 
 # -- sample library ----------------------------------------------------------------
 def bench_sample(server: Database, embedder, multi, reuse: bool) -> dict:
-    from library_pipeline_tests import search_fixtures as sf
+    from library_pipeline.testing import sample_library as sf
 
     db, reused = fresh_database(server, "bench_sample", reuse)
     if not reused:

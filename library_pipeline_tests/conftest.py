@@ -6,7 +6,6 @@ embedder, and the third-party test material in library_pipeline_tests/data
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import sys
 import shutil
@@ -26,18 +25,6 @@ TEST_DATA = Path(__file__).resolve().parent / "data"
 SAMPLE_LIBRARY = REPO / "examples" / "library"
 
 
-def load_benchmark(name: str):
-    """A script of benchmarks/ as a module (they are scripts, not a package): the
-    reliability tests run the same scenarios the benchmarks measure, shorter."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -52,9 +39,11 @@ def _reset_dagster_defs_state_storage():
     "Attempted to resolve undefined DagsterInstance weakref" — seen only when
     the whole suite ran in one process. Reset it after every test."""
     yield
-    from dagster._core.storage.defs_state.base import _current_storage
-
-    _current_storage.set(None)
+    # only where Dagster is loaded: importing it for every test cost the fast tier
+    # (library_pipeline_tests/unit) seconds for tests that never touch it
+    storage = sys.modules.get("dagster._core.storage.defs_state.base")
+    if storage is not None:
+        storage._current_storage.set(None)
 
 
 class _SettingsMonkeyPatch(pytest.MonkeyPatch):
@@ -132,8 +121,17 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"database backend: {backend_name()}"
 
 
+# The fast tier: library_pipeline_tests/unit holds the tests that need no
+# PostgreSQL, no model and no Dagster instance (`make test-fast`; its conftest
+# checks that). They are marked `unit` here, so `-m unit` / `-m "not unit"` select
+# them inside a whole-suite run too.
+UNIT_DIR = Path(__file__).resolve().parent / "unit"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if UNIT_DIR in item.path.parents:
+            item.add_marker(pytest.mark.unit)
         module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
         if module in DB_BACKEND_MODULES:
             item.add_marker(pytest.mark.db)

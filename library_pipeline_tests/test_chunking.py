@@ -4,10 +4,7 @@ back is not), and prose windows respect sentences, overlap and headings."""
 
 from __future__ import annotations
 
-import importlib.util
-import math
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -251,25 +248,3 @@ def test_whitespace_only_and_empty_input(embedder) -> None:
     assert [(c.page_start, c.page_end, c.content) for c in chunks] == [(2, 2, "Real text here. And more.")]
     with pytest.raises(ValueError):
         chunk_pages(pages, count_tokens=embedder.count_tokens, max_tokens=4)
-
-
-# --- the benchmark's metric ---------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def chunk_size_bench():
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "chunk_size.py"
-    spec = importlib.util.spec_from_file_location("chunk_size_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_ndcg_at_k(chunk_size_bench) -> None:
-    ndcg = chunk_size_bench.ndcg_at_k
-    assert ndcg(["a", "b", "c"], {"a"}) == 1.0
-    assert ndcg(["x", "a"], {"a"}) == pytest.approx(1 / math.log2(3))
-    assert ndcg(["x", "y"], {"a"}) == 0.0
-    assert ndcg(["a", "x", "b"], {"a", "b"}) == pytest.approx((1 + 0.5) / (1 + 1 / math.log2(3)))
-    assert ndcg([f"x{i}" for i in range(10)] + ["a"], {"a"}, k=10) == 0.0  # rank 11 is outside the cut
-    assert ndcg(["a"], set()) == 0.0

@@ -1,6 +1,7 @@
-"""Crash safety: the ingest SIGKILLed at 20 points and rerun (benchmarks/crash.py
-drives real forked ingest processes against the session's Postgres), and the
-serving side's behaviour while Postgres restarts under a search load."""
+"""Crash safety: the ingest SIGKILLed at 20 points and rerun (the scenario of
+benchmarks/crash.py, library_pipeline/testing/crash.py, drives real forked ingest
+processes against the session's Postgres), and the serving side's behaviour
+while Postgres restarts under a search load."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import dagster as dg
 import pytest
 
-from library_pipeline_tests.conftest import load_benchmark
+from library_pipeline.testing import crash
 from library_pipeline_tests.ingest_helpers import ingest, write
 from serving.db import Database
 from serving.runtime import Library
@@ -22,7 +23,6 @@ log = logging.getLogger(__name__)
 
 @pytest.mark.slow  # ~2 min: 25 forked ingest runs; still run by default
 def test_sigkill_at_20_points_then_rerun(server_db, tmp_path):
-    crash = load_benchmark("crash")
     # kills chain, with a checked clean rerun after every 4th (benchmarks/crash.py
     # reruns after each: 40 ingest runs took 145 s here, too long for the suite)
     report = crash.run_scenario(server_db, tmp_path, points=20, files=3, rerun_every=4)

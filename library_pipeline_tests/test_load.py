@@ -10,14 +10,13 @@ import logging
 
 import dagster as dg
 
-from library_pipeline_tests.conftest import load_benchmark
+from library_pipeline.testing import crash, load
 from library_pipeline_tests.ingest_helpers import ingest
 
 log = logging.getLogger(__name__)
 
 
 def test_20_mcp_clients_under_ingest_and_upkeep(make_db, tmp_path):
-    load, crash = load_benchmark("load"), load_benchmark("crash")
     library = tmp_path / "library"
     db = make_db(library)
     crash.write_small_library(library, files=4)
@@ -33,35 +32,3 @@ def test_20_mcp_clients_under_ingest_and_upkeep(make_db, tmp_path):
         stored, distinct = conn.execute("SELECT count(*), count(DISTINCT (agent, artifact_id)) FROM memories "
                                         "WHERE artifact_id LIKE 'load-%%' AND NOT superseded").fetchone()
     assert stored == distinct >= 1
-
-
-def test_memory_tools_retry_a_deadlock_victim():
-    """A deadlock (40P01) or serialization failure rolls the whole call back: the
-    MCP layer runs it again instead of reporting an error to the agent."""
-    import psycopg
-    import pytest
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    from serving.mcp_server import _memory_call
-
-    calls = []
-
-    def flaky(fails: int, error: type[Exception]):
-        def fn():
-            calls.append(1)
-            if len(calls) <= fails:
-                raise error("deadlock detected")
-            return {"ok": True}
-        return fn
-
-    assert psycopg.errors.DeadlockDetected.sqlstate == "40P01"
-    assert _memory_call("memory_index", flaky(2, psycopg.errors.DeadlockDetected)) == {"ok": True}
-    assert len(calls) == 3
-    calls.clear()
-    with pytest.raises(ToolError, match="internal error"):
-        _memory_call("memory_index", flaky(5, psycopg.errors.SerializationFailure))
-    assert len(calls) == 3
-    calls.clear()
-    with pytest.raises(ToolError, match="internal error"):  # anything else: no retry
-        _memory_call("memory_index", flaky(5, psycopg.errors.UniqueViolation))
-    assert len(calls) == 1

@@ -1,13 +1,9 @@
 """Rules that SQL and Python both apply, each with one definition: the passage
-context ("title — heading"), the language -> text-search configuration map, and
-the file types the library reads."""
+context ("title — heading") and the language -> text-search configuration map.
+The file types the library reads are library_pipeline_tests/unit/test_file_types.py."""
 
 from __future__ import annotations
 
-import pytest
-
-from library_pipeline.defs.ingest import partitions
-from library_pipeline.ingest.extract import SUPPORTED_SUFFIXES
 from serving.embedding import embed_text_for_passage, embed_text_for_row, passage_context
 from serving.memory.store import memory_language
 from serving.passage_writer import ts_config_for_language
@@ -40,12 +36,3 @@ def test_every_writer_takes_its_configuration_from_the_one_map(db):
         assert ts_config_for_language(conn, memory_language("Отчёт о проверке памяти агентов")) == "russian"
         assert ts_config_for_language(conn, memory_language("A report on the agents' memory")) == "english"
         assert ts_config_for_language(conn, memory_language("1234 !!")) == "english"
-
-
-@pytest.mark.parametrize("name", ["book.pdf", "Book.EPUB", "notes.md", "a.txt"])
-def test_one_list_of_file_types(tmp_path, name):
-    assert partitions.SUPPORTED_SUFFIXES is SUPPORTED_SUFFIXES
-    path = tmp_path / name
-    path.write_text("x")
-    assert partitions.is_candidate(path)
-    assert not partitions.is_candidate(tmp_path / "image.png")

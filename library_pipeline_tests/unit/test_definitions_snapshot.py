@@ -6,10 +6,11 @@ An accidental graph change (an asset that lost its partitions, a check that
 moved, a sensor that stopped targeting its job) fails here with a readable
 diff. An intended change is one command away:
 
-    LIBRARY_UPDATE_SNAPSHOT=1 .venv/bin/pytest library_pipeline_tests/test_definitions_snapshot.py
+    LIBRARY_UPDATE_SNAPSHOT=1 .venv/bin/pytest library_pipeline_tests/unit/test_definitions_snapshot.py
 
-which rewrites `snapshots/definitions.json` from `library_pipeline.definitions.defs`;
-review the diff and commit it with the change.
+which rewrites `library_pipeline_tests/snapshots/definitions.json` from `library_pipeline.definitions.defs`;
+review the diff and commit it with the change. Without that variable a missing
+snapshot file fails the test (it is never written implicitly).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import os
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshots" / "definitions.json"
 UPDATE_ENV = "LIBRARY_UPDATE_SNAPSHOT"
 
 
@@ -106,9 +108,13 @@ def test_definitions_match_snapshot():
 
     current = definitions_snapshot(defs)
     text = json.dumps(current, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    if os.environ.get(UPDATE_ENV) or not SNAPSHOT.exists():
+    if os.environ.get(UPDATE_ENV):
         SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
         SNAPSHOT.write_text(text, encoding="utf-8")
+    # a missing file is a failure, not an expectation to write: a test that wrote
+    # its own snapshot would pass on any graph in a clone that lost the file
+    assert SNAPSHOT.exists(), (f"{SNAPSHOT} is missing: it is tracked in git. To write it from the "
+                               f"current definitions: {UPDATE_ENV}=1 pytest {Path(__file__).name}")
     expected = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
     for section in ("assets", "asset_checks", "sensors", "schedules", "jobs"):
         added = sorted(set(current[section]) - set(expected.get(section, {})))
@@ -159,3 +165,13 @@ def test_ops_defs_merge_into_the_location():
         instance.add_dynamic_partitions("library_files", ["a", "b"])
         (request,) = library_reconcile_schedule(context)
         assert request.run_key.startswith("20261129:")
+
+
+def test_a_missing_snapshot_fails(monkeypatch, tmp_path):
+    """Without LIBRARY_UPDATE_SNAPSHOT a missing file fails and nothing is written."""
+    missing = tmp_path / "snapshots" / "definitions.json"
+    monkeypatch.delenv(UPDATE_ENV, raising=False)
+    monkeypatch.setitem(globals(), "SNAPSHOT", missing)
+    with pytest.raises(AssertionError, match="is missing"):
+        test_definitions_match_snapshot()
+    assert not missing.exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VALUES = REPO / "deploy" / "k8s" / "values.yaml"
 DOCKERFILE = REPO / "Dockerfile"
 RELEASE, NAMESPACE = "library", "library"
@@ -160,7 +160,10 @@ def test_dockerfile_copies_existing_paths_and_serves_the_workspace():
     for needed in ("pyproject.toml", "schema.sql", "library_pipeline", "serving"):
         assert needed in copied, needed
     assert re.search(r"^FROM python:3\.11-slim", text, re.M)
-    assert "torch==2.13.0" in text and text.index("torch==2.13.0") < text.index("pip install -e .")
+    assert "torch==2.13.0" in text and text.index("torch==2.13.0") < text.index("pip install -e ")
+    # the code location runs the Dagster definitions: the base dependencies are only
+    # the MCP server's (pyproject.toml), the pipeline is an extra
+    assert "pip install -e '.[pipeline]'" in text
     assert "tesseract-ocr-rus" in text
     workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"][0]["python_module"]
     cmd = re.search(r"^CMD (\[.*\])", instructions, re.M).group(1)
