@@ -51,7 +51,8 @@ def test_table_of_contents_finds_the_toc_chunk(conn, embedder):
 def test_russian_query_finds_the_russian_document(conn, embedder):
     response = search(conn, embedder, "Пугачев взял Белогорскую крепость", top_k=5)
     assert response.results[0].path == PUSHKIN
-    assert "keyword" in response.results[0].lanes
+    # BM25 matched its Russian words (whichever lane proposed it, every candidate is scored)
+    assert response.results[0].lane_scores.get("keyword", 0) > 0
     russian = [t for t in response.keyword_trace if t["config"] == "russian"]
     assert russian and {"пугач", "крепост"} <= {t["lexeme"] for t in russian[0]["terms"]}
     # the English configuration cannot stem Russian: its lexemes match no English posting

@@ -208,7 +208,10 @@ def _fuse(call: Call) -> None:
     the fused pool, and each lane's status as fusion left it."""
     cfg, stages = call.cfg, call.stages
     t = time.perf_counter()
-    if cfg.fusion == "calibrated":
+    # one graded lane (a lane alone, as the evaluation runs each): nothing to calibrate
+    # against, its own order stands (the convex rule keeps it; the calibrated rule's BM25
+    # context differs from the keyword lane's document term and would reorder the lane)
+    if cfg.fusion == "calibrated" and sum(1 for h, _ in call.lanes if h.graded) > 1:
         _calibrated(call)
     else:
         scripts: dict[int, str] = {}
@@ -254,7 +257,7 @@ def _calibrated(call: Call) -> None:
         ceiling = bm25_ceiling(call.resp.keyword_trace, call.lexeme_sets, cfg.bm25_k1)
         # a document-filtered search's keyword lane scores passages alone (no context share)
         context = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight
-        shares = keyword_evidence(evidence, ceiling, context)
+        shares = keyword_evidence(evidence, ceiling, context, call.kw.doc_scores)
     else:
         readers = {pid: lanes - {"keyword"} for pid, lanes in readers.items()}
     graded = cfg.vector_weight + cfg.keyword_weight

@@ -223,7 +223,7 @@ _POSTINGS_DOC = sql.SQL(
     "        FROM dtf t CROSS JOIN LATERAL (SELECT x.ordinal + 1 AS n FROM passages x "
     "             WHERE x.document_id = t.document_id AND x.summary_level = 0 ORDER BY x.ordinal DESC LIMIT 1) l "
     "        GROUP BY 1) "
-    "SELECT pas.passage_id, pas.document_id, pas.s + %(w)s * coalesce(doc.s, pas.s) AS score "
+    "SELECT pas.passage_id, pas.document_id, pas.s + %(w)s * coalesce(doc.s, pas.s) AS score, doc.s "
     "FROM pas LEFT JOIN doc USING (document_id) ORDER BY 3 DESC, 1 LIMIT %(depth)s")
 
 # Narrow searches (a document filter): score the filtered passages' own tsvectors.
@@ -281,7 +281,7 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
                                      **({"estimated": True} if t.estimated else {})}
                                     for t in terms if t.config == name]}
                          for name, (n, _, _) in totals.items()]
-    rows: list[tuple[int, int | None, float]] = []
+    rows: list[tuple] = []
     if terms:
         params = {**predicate.params, "k1": cfg.bm25_k1, "k1p1": cfg.bm25_k1 + 1.0, "b": cfg.bm25_b,
                   "cfg": [t.config for t in terms], "lex": [t.lexeme for t in terms],
@@ -300,6 +300,7 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
         rows = conn.execute(query, params).fetchall()
     hits = LaneHits("keyword", [r[0] for r in rows], [float(r[2]) for r in rows], graded=True)
     hits.doc_ids = [r[1] for r in rows]
+    hits.doc_scores = {r[1]: float(r[3]) for r in rows if len(r) > 3 and r[1] is not None and r[3] is not None}
     hits.ms = (time.perf_counter() - started) * 1000
     if hits.ids:
         hits.status = (f"ok: {len(hits)} by BM25 over {len(terms)} terms"

@@ -17,6 +17,9 @@ class LaneHits:
     # spread and not only their order; the title and structure lanes' scores are
     # match counts, ranked only
     graded: bool = False
+    # the keyword lane's BM25 of each document it scored as a whole (the part its document
+    # weight multiplies), for calibrated fusion's context of a candidate
+    doc_scores: dict[int, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)

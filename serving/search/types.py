@@ -226,10 +226,10 @@ class SearchConfig:
     # (bm25s 0.6964); held-out checks with w 1: MS MARCO subset 0.7334 -> 0.7347 (bm25s
     # 0.7269), XQuAD ru 0.9092 -> 0.9479 (bm25s 0.9485; its 96-token chunks hold ~8
     # Russian lexemes, a tenth of a paragraph).
-    # Calibrated fusion reads the same weight for a passage's context, but its context is the
-    # window of its document's passages within keyword_window ordinals of it, not the whole
-    # document (serving/search/calibration.py keyword_evidence has the figures: the whole of a
-    # long book holds nearly every word).
+    # Calibrated fusion reads the same weight for a passage's context: half this document
+    # BM25, half the BM25 of the window of its document's passages within keyword_window
+    # ordinals of it (serving/search/calibration.py keyword_evidence has the figures: the
+    # whole of a long book holds nearly every word).
     keyword_doc_weight: float = 1.0
     keyword_window: int = 2
     keyword_doc_b: float = 0.75
