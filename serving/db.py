@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -119,10 +120,15 @@ def create_database(conn: psycopg.Connection, name: str) -> bool:
 
 
 def schema_path() -> Path:
+    """LIBRARY_SCHEMA_SQL, else schema.sql beside the packages (a checkout, an editable
+    install), else where a wheel install puts it (pyproject.toml data-files:
+    <prefix>/share/library-pipeline/schema.sql)."""
     override = get_settings().schema_sql
     if override:
         return override
-    return Path(__file__).resolve().parent.parent / "schema.sql"
+    checkout = Path(__file__).resolve().parent.parent / "schema.sql"
+    installed = Path(sys.prefix) / "share" / "library-pipeline" / "schema.sql"
+    return checkout if checkout.exists() or not installed.exists() else installed
 
 
 def _prune_stale_owners(pgdata: Path) -> list[int]:
