@@ -54,13 +54,13 @@ from serving.search.lanes import LaneHits
 # back to the largest listed subset of it (`probability`).
 EVIDENCE = ("vector", "multilingual", "keyword")
 MODELS: dict[tuple[str, ...], tuple[tuple[float, ...], float]] = {
-    ("vector", "multilingual", "keyword"): ((0.808, 0.083, 10.747), -6.47),
-    ("vector", "keyword"): ((0.836, 10.964), -6.376),
+    ("vector", "multilingual", "keyword"): ((0.824, 0.083, 10.539), -6.452),
+    ("vector", "keyword"): ((0.851, 10.768), -6.357),
     ("vector", "multilingual"): ((1.177, 0.345), -6.777),
     ("vector",): ((1.329,), -6.365),
-    ("multilingual", "keyword"): ((0.598, 24.841), -6.836),
+    ("multilingual", "keyword"): ((0.65, 23.217), -6.661),
     ("multilingual",): ((1.717,), -6.841),
-    ("keyword",): ((19.469,), -5.383),
+    ("keyword",): ((19.26,), -5.29),
 }
 
 # text-search configurations whose passages are written in Cyrillic (schema.sql's map of
@@ -200,10 +200,18 @@ _POOL_BM25 = (
 
 def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe],
                   terms: list[tuple[str, str, float, float]] | None = None, k1: float = 1.2,
-                  b: float = 0.75, window: int = 2) -> PoolEvidence:
-    """Every pool passage scored: under each probe's model (only passages that model
-    embedded) as a z-score against the background sample, and by BM25 of `terms`
-    (bm25_terms) when given, in the passage and in its window of +-`window` passages."""
+                  b: float = 0.75, window: int = 1) -> PoolEvidence:
+    """Every pool passage scored: `pool_vectors`, then `pool_bm25` when `terms` are given
+    (the engine runs the two on two connections at once)."""
+    out = pool_vectors(conn, ids, probes)
+    if terms:
+        out.bm25, out.window = pool_bm25(conn, ids, terms, k1, b, window)
+    return out
+
+
+def pool_vectors(conn: psycopg.Connection, ids: list[int], probes: list[Probe]) -> PoolEvidence:
+    """Each pool passage's configuration, script and document, and its z-score under each
+    probe's model (only passages that model embedded) against the background sample."""
     out = PoolEvidence({p.lane: {} for p in probes}, {}, {}, {}, {})
     if not ids:
         return out
@@ -225,14 +233,25 @@ def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe],
         for probe, st, sim in zip(probes, stats, sims):
             if sim is not None and st is not None:
                 out.zscores[probe.lane][pid] = (float(sim) - st[0]) / st[1]
-    if terms:
-        for pid, own, ctx in conn.execute(_POOL_BM25, {
-                "ids": ids, "win": window, "k1": k1, "k1p1": k1 + 1.0, "b": b,
-                "tsq": " | ".join(sorted({tsquery_literal(t[1]) for t in terms})),
-                "tcfg": [t[0] for t in terms], "tlex": [t[1] for t in terms], "tidf": [t[2] for t in terms],
-                "tavg": [max(t[3], 1e-9) for t in terms]}):
-            out.bm25[pid], out.window[pid] = float(own), float(ctx)
     return out
+
+
+def pool_bm25(conn: psycopg.Connection, ids: list[int], terms: list[tuple[str, str, float, float]],
+              k1: float, b: float, window: int) -> tuple[dict[int, float], dict[int, float]]:
+    """passage -> BM25 of `terms` (bm25_terms) in it, and in its window of +-`window`
+    passages of its document; passages holding none of the terms in their window are left
+    out."""
+    own: dict[int, float] = {}
+    ctx: dict[int, float] = {}
+    if not ids or not terms:
+        return own, ctx
+    for pid, in_passage, in_window in conn.execute(_POOL_BM25, {
+            "ids": ids, "win": window, "k1": k1, "k1p1": k1 + 1.0, "b": b,
+            "tsq": " | ".join(sorted({tsquery_literal(t[1]) for t in terms})),
+            "tcfg": [t[0] for t in terms], "tlex": [t[1] for t in terms], "tidf": [t[2] for t in terms],
+            "tavg": [max(t[3], 1e-9) for t in terms]}):
+        own[pid], ctx[pid] = float(in_passage), float(in_window)
+    return own, ctx
 
 
 def bm25_ceiling(trace: list[dict], lexemes: dict[str, set[str]], k1: float) -> dict[str, float]:
@@ -260,7 +279,7 @@ def keyword_evidence(pool: PoolEvidence, ceiling: dict[str, float], context_weig
     had counted 0 when the lane's top 50 were passages of long books.
 
     The context is half the passage's window (its document's passages within
-    `keyword_window` ordinals, pool_evidence) and half its whole document's BM25 as the
+    `keyword_window` ordinals, pool_bm25) and half its whole document's BM25 as the
     keyword lane computed it (`doc_scores`; the window again for a document the lane did not
     score). The whole document alone, as the lane ranks: a book holds nearly every word, so
     its BM25 saturates and any passage of a long book outscored a one-page scan on the same
@@ -268,10 +287,12 @@ def keyword_evidence(pool: PoolEvidence, ceiling: dict[str, float], context_weig
     a long book's Russian passages lost the "this book has the question's words" evidence,
     and Holmes came first for «С кем Гринёв дрался на дуэли?». Fitted and replayed
     (benchmarks/eval_calibration.py, leave one collection out, nDCG@10) document / window
-    +-2 / half each: SciFact train 0.7444 / 0.7433 / 0.7433, MS MARCO subset 0.7936 /
-    0.7994 / 0.7976, XQuAD ru 0.9638 / 0.9644 / 0.9620, mixed en 0.9265 / 0.9247 / 0.9249,
-    mixed ru 0.9201 / 0.9163 / 0.9158 (all within about one standard error of each other);
-    example library right file at 1: 90.9% / 90.9% / 95.5%.
+    +-2 / half each with +-2 / half each with +-1: SciFact train 0.7444 / 0.7433 / 0.7433 /
+    0.7428, MS MARCO subset 0.7936 / 0.7994 / 0.7976 / 0.7977, XQuAD ru 0.9638 / 0.9644 /
+    0.9620 / 0.9636, mixed en 0.9265 / 0.9247 / 0.9249 / 0.9247, mixed ru 0.9201 / 0.9163 /
+    0.9158 / 0.9184 (all within about one standard error of each other); example library
+    right file at 1: 90.9% / 90.9% / 95.5% / 95.5%. +-1 reads 3 passages per candidate
+    where +-2 reads 5 (8.6 ms for the pool at 100k passages with +-2).
 
     One share, not the passage's and its context's apart: fitted apart on XQuAD the
     passage's own weight came out negative (-8.5 beside +16.4 for its document's, which

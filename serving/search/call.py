@@ -32,6 +32,7 @@ class Call:
     reranker: Reranker | None
     resp: SearchResponse
     started: float
+    side: psycopg.Connection | None = None   # an idle second connection the caller lent
     # plan
     predicate: Any = None
     breaker: Any = None

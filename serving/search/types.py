@@ -231,7 +231,7 @@ class SearchConfig:
     # ordinals of it (serving/search/calibration.py keyword_evidence has the figures: the
     # whole of a long book holds nearly every word).
     keyword_doc_weight: float = 1.0
-    keyword_window: int = 2
+    keyword_window: int = 1
     keyword_doc_b: float = 0.75
     title_min_terms: int = 2
     # Known-item detector: the title lane fires only for names holding >= 2/3 of the
