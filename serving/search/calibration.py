@@ -10,12 +10,13 @@ from «Капитанская дочка»).
 
 Here the lanes only propose candidates. Every candidate in the pool is then scored
 
-- under each embedding model from its stored vector (`pool_evidence`), as a z-score
+- under each embedding model from its stored vector (`pool_vectors`), as a z-score
   against the query's similarity to a fixed sample of the library (`Background`): how
   far above a random passage it stands, comparable across queries and models;
-- by BM25, as a share of the best score the query's terms could give (terms the corpus
-  lacks count at the corpus's top idf: "Кто такая Ирен Адлер?" over a Russian book that
-  never names her must not look like a full match on «такая»);
+- by BM25 in the passage and its context (its neighbours and its document, `pool_bm25`,
+  `keyword_evidence`), as a share of the best score the query's terms could give (terms
+  the corpus lacks count at the corpus's top idf: "Кто такая Ирен Адлер?" over a Russian
+  book that never names her must not look like a full match on «такая»);
 
 and a logistic model maps whichever of those the candidate has to P(relevant). Which
 evidence a candidate has follows from who can read it: the English-only model neither a
@@ -152,7 +153,7 @@ class Probe:
 
 @dataclass
 class PoolEvidence:
-    """What `pool_evidence` reads of the pool in one statement."""
+    """What the fusion stage reads of the pool (`pool_vectors`, `pool_bm25`)."""
     zscores: dict[str, dict[int, float]]    # lane -> passage -> z-score under that lane's model
     configs: dict[int, str]                 # passage -> its text-search configuration
     scripts: dict[int, str]                 # passage -> script of its first 300 characters
@@ -186,7 +187,8 @@ _POOL_BM25 = (
     "len AS (SELECT pid, sum(length(tsv)) AS dl, count(*) AS n FROM win GROUP BY pid), "
     "lex AS MATERIALIZED (SELECT win.pid, win.wid, win.ts_config, length(win.tsv) AS dl, u.lexeme, "
     "                            coalesce(array_length(u.positions, 1), 1) AS n "
-    "                     FROM win, unnest(win.tsv) u WHERE win.tsv @@ %(tsq)s::tsquery AND u.lexeme = ANY(%(tlex)s)), "
+    "                     FROM win, unnest(win.tsv) u "
+    "                     WHERE win.tsv @@ %(tsq)s::tsquery AND u.lexeme = ANY(%(tlex)s)), "
     "tf AS (SELECT lex.pid, lex.wid, q.lexeme, q.idf, q.avgdl, lex.dl, lex.n "
     "       FROM lex JOIN q ON q.c = lex.ts_config AND q.lexeme = lex.lexeme), "
     "own AS (SELECT pid, sum(idf * n * %(k1p1)s / (n + %(k1)s * (1 - %(b)s + %(b)s * dl / avgdl))) AS s "
