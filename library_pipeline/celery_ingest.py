@@ -55,7 +55,7 @@ from dagster_celery import celery_executor
 
 from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
-from library_pipeline.ingest.store import record_failure_by_key
+from library_pipeline.documents import record_failure_by_key
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import range_tags
 from serving.db import Database

@@ -22,7 +22,8 @@ from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_te
 from library_pipeline.defs.ingest.lexemes import lexeme_df
 from library_pipeline.defs.ingest.partitions import library_files_partitions, scan_library
 from library_pipeline.defs.ingest.vector_indexes import vector_indexes
-from library_pipeline.ingest.store import mark_removed, purge_removed, register_files
+from library_pipeline.documents import purge_removed
+from library_pipeline.ingest.store import mark_removed, register_files
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import RANGE_SIZE, contiguous_spans, range_tags
 from serving.db import Database

@@ -18,15 +18,17 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from library_pipeline import documents
+from library_pipeline.documents import StepResult
 from library_pipeline.ingest.chunking import chunk_pages
 from library_pipeline.ingest.extract import ExtractionError, Page, extract_file
 from library_pipeline.ingest.files import fs_path
+from library_pipeline.ingest.passage_text import clip_heading, prefix_budget
 from library_pipeline.run_plan import partition_key_for
 from serving.db import Database
 from serving.embedding import Embedder, chunk_counter, embed_text_for_passage, sha256
@@ -37,15 +39,6 @@ log = logging.getLogger(__name__)
 
 class IngestError(Exception):
     """A readable reason one file could not be ingested."""
-
-
-@dataclass
-class StepResult:
-    key: str
-    path: str | None = None
-    status: str = "ok"          # ok | skipped | failed
-    reason: str | None = None
-    figures: dict = field(default_factory=dict)
 
 
 class ReusedConnection:
@@ -127,17 +120,6 @@ class ReusedConnection:
 
 # -- registration -------------------------------------------------------------
 
-REGISTER_SQL = """
-INSERT INTO documents (source, path, partition_key, size_bytes, mtime, status)
-VALUES ('library', %(path)s, %(key)s, %(size)s, %(mtime)s, 'pending')
-ON CONFLICT (source, path) DO UPDATE
-   SET size_bytes = EXCLUDED.size_bytes, mtime = EXCLUDED.mtime,
-       status = CASE WHEN documents.status = 'removed' THEN 'pending' ELSE documents.status END,
-       updated_at = now()
-RETURNING id
-"""
-
-
 def register_files(db: Database, files: dict[str, Path]) -> dict[str, str]:
     """Upsert a `documents` row per file (relative path -> partition key)."""
     keys: dict[str, str] = {}
@@ -149,7 +131,7 @@ def register_files(db: Database, files: dict[str, Path]) -> dict[str, str]:
             except OSError:
                 size, mtime = None, None
             key = partition_key_for(relpath)
-            conn.execute(REGISTER_SQL, {"path": relpath, "key": key, "size": size, "mtime": mtime})
+            documents.register(conn, "library", relpath, key, stat=(size, mtime))
             keys[relpath] = key
     return keys
 
@@ -159,76 +141,7 @@ def mark_removed(db: Database, relpaths: list[str]) -> int:
     if not relpaths:
         return 0
     with db.transaction() as conn:
-        ids = [r[0] for r in conn.execute(
-            "UPDATE documents SET status = 'removed', updated_at = now() "
-            "WHERE source = 'library' AND path = ANY(%s) AND status <> 'removed' RETURNING id",
-            (relpaths,)).fetchall()]
-        if ids:
-            conn.execute("UPDATE passages SET removed = true WHERE document_id = ANY(%s)", (ids,))
-    return len(ids)
-
-
-def purge_removed(db: Database) -> list[tuple[str, str]]:
-    """Delete removed files' rows for good. Returns (path, partition key) pairs.
-
-    The cascade from `documents` takes passages, summaries, mentions and relations;
-    entities only those files mentioned are not rows of a file, so the graph's own
-    deletion (kg_forget_documents) runs first, in the same transaction: an entity
-    must not outlive its last source, found with no file behind it."""
-    with db.transaction() as conn:
-        ids = [r[0] for r in conn.execute("SELECT id FROM documents WHERE source = 'library' "
-                                          "AND status = 'removed' FOR UPDATE").fetchall()]
-        if not ids:
-            return []
-        conn.execute("SELECT kg_forget_documents(%s::bigint[])", (ids,))
-        return [(r[0], r[1]) for r in conn.execute(
-            "DELETE FROM documents WHERE id = ANY(%s) RETURNING path, partition_key", (ids,)).fetchall()]
-
-
-def _document(conn: psycopg.Connection, key: str) -> dict | None:
-    cur = conn.execute(
-        "SELECT id, path, status, content_hash, indexed_hash, title, ts_config::text, language "
-        "FROM documents WHERE source = 'library' AND partition_key = %s", (key,))
-    row = cur.fetchone()
-    if row is None:
-        return None
-    return dict(zip(("id", "path", "status", "content_hash", "indexed_hash", "title", "ts_config", "language"),
-                    row))
-
-
-def ingested_document(conn: psycopg.Connection, key: str) -> tuple[dict | None, StepResult]:
-    """For the stages downstream of ingest (summaries, graph): the file's row when its
-    passages are live, and the step result so far - failed when the key is unknown,
-    skipped (doc None) when the file is failed, removed or not ingested yet."""
-    doc = _document(conn, key)
-    if doc is None:
-        return None, StepResult(key, status="failed", reason="no such file registered")
-    result = StepResult(key, path=doc["path"])
-    if doc["status"] != "ingested":
-        result.status, result.reason = "skipped", f"file {doc['status']}"
-        return None, result
-    return doc, result
-
-
-def record_failure(db: Database, doc_id: int, reason: str) -> None:
-    """Own transaction, so a failure is recorded even when the work rolled back.
-    Passages already live stay live: a corrupt new version must not erase the old."""
-    with db.transaction() as conn:
-        conn.execute("UPDATE documents SET status = 'failed', error = %s, updated_at = now() WHERE id = %s",
-                     (reason[:2000], doc_id))
-
-
-def record_failure_by_key(db: Database, key: str, reason: str) -> str | None:
-    """record_failure for a partition key; returns the file's path (None if unknown)."""
-    try:
-        with db.transaction() as conn:
-            row = conn.execute("UPDATE documents SET status = 'failed', error = %s, updated_at = now() "
-                               "WHERE source = 'library' AND partition_key = %s RETURNING path",
-                               (reason[:2000], key)).fetchone()
-    except Exception:  # the database itself is down: the run's own failure says so
-        log.exception("could not record the failure of %s", key)
-        return None
-    return row[0] if row else None
+        return len(documents.mark_removed(conn, "library", relpaths))
 
 
 def _resolve(library_dir: Path, relpath: str) -> Path:
@@ -265,7 +178,7 @@ def extract_step(db: Database, library_dir: Path, key: str, *, ocr_languages: st
                  max_bytes: int | None = None, force: bool = False) -> StepResult:
     started = time.perf_counter()
     with db.connect() as conn:
-        doc = _document(conn, key)
+        doc = documents.library_document(conn, key)
     if doc is None:
         return StepResult(key, status="failed", reason="no such file registered (unknown partition key)")
     result = StepResult(key, path=doc["path"])
@@ -323,32 +236,17 @@ def extract_step(db: Database, library_dir: Path, key: str, *, ocr_languages: st
 
 def _failed(db: Database, doc_id: int, result: StepResult, reason: str) -> StepResult:
     log.warning("%s: %s", result.path, reason)
-    record_failure(db, doc_id, reason)
+    documents.record_failure(db, doc_id, reason)
     result.status, result.reason = "failed", reason
     return result
 
 
 # -- step 2: chunking -------------------------------------------------------------
 
-def _prefix_budget(embedder: Embedder, title: str | None) -> int:
-    """Tokens a chunk's content may use once the contextual prefix is added.
-    Headings vary per chunk; reserve room for a typical one (measured: headings
-    in the sample books are under 24 MiniLM tokens) and clip longer ones."""
-    reserve = embedder.count_tokens(embed_text_for_passage(title, None, "")) + 24
-    return max(32, embedder.max_tokens - reserve)
-
-
-def clip_heading(heading: str | None, limit: int = 120) -> str | None:
-    if heading is None:
-        return None
-    heading = " ".join(heading.split())
-    return heading if len(heading) <= limit else heading[: limit - 1] + "…"
-
-
 def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = False) -> StepResult:
     started = time.perf_counter()
     with db.connect() as conn:
-        doc = _document(conn, key)
+        doc = documents.library_document(conn, key)
         if doc is None:
             return StepResult(key, status="failed", reason="no such file registered")
         result = StepResult(key, path=doc["path"])
@@ -367,7 +265,7 @@ def chunk_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
     counter = chunk_counter(embedder, doc["language"])
     chunks = chunk_pages(pages, count_tokens=counter.count_tokens,
                          count_many=getattr(counter, "count_tokens_many", None),
-                         max_tokens=_prefix_budget(counter, doc["title"]))
+                         max_tokens=prefix_budget(counter, doc["title"]))
     with db.transaction() as conn:
         conn.execute("DELETE FROM chunks WHERE document_id = %s", (doc["id"],))
         with conn.cursor() as cur:
@@ -397,7 +295,7 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
     writer = writer or PassageWriter(embedder)
     ensure_indexes(db, writer)
     with db.connect() as conn:
-        doc = _document(conn, key)
+        doc = documents.library_document(conn, key)
         if doc is None:
             return StepResult(key, status="failed", reason="no such file registered")
         result = StepResult(key, path=doc["path"])
@@ -431,8 +329,7 @@ def embed_step(db: Database, key: str, embedder: Embedder, *, force: bool = Fals
                          "AND NOT superseded", (doc["id"],))
         if crash_hook is not None:
             crash_hook("inside_swap")
-        conn.execute("UPDATE documents SET indexed_hash = content_hash, status = 'ingested', error = NULL, "
-                     "version = version + 1, updated_at = now() WHERE id = %s", (doc["id"],))
+        documents.mark_ingested(conn, doc["id"])
     result.figures = {
         "passages": len(chunks), "embedded": vectors.embedded, "reused": len(chunks) - vectors.embedded,
         "model": embedder.name, "embed_seconds": round(vectors.embed_seconds, 3),

@@ -16,14 +16,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
+from library_pipeline import documents
+from library_pipeline.documents import StepResult
 from library_pipeline.ingest.chunking import chunk_pages
 from library_pipeline.ingest.extract import ExtractionError, Page, decode_text, detect_language
-from library_pipeline.ingest.store import (
-    StepResult,
-    _prefix_budget,
-    clip_heading,
-    record_failure,
-)
+from library_pipeline.ingest.passage_text import clip_heading, prefix_budget
 from library_pipeline.vault.git import Entry, GitError, GitRepo
 from library_pipeline.vault.parser import NoteError, ParsedNote, parse_note, split_subsections
 from serving.db import Database
@@ -49,7 +46,7 @@ def note_chunks(note: ParsedNote, embedder: Embedder) -> list[NoteChunk]:
     and a part still too long goes through the library's prose chunker (the
     same windows, measured in benchmarks/chunk_size.py)."""
     out: list[NoteChunk] = []
-    budget = _prefix_budget(embedder, note.title)
+    budget = prefix_budget(embedder, note.title)
     for section in note.sections:
         whole = embed_text_for_passage(note.title, section.heading, section.text)
         if embedder.count_tokens(whole) <= embedder.max_tokens:
@@ -131,7 +128,7 @@ def _prepare(db: Database, conn: psycopg.Connection, repo: GitRepo, commit: str,
     except (NoteError, ExtractionError, GitError) as exc:
         reason = str(exc)
         log.warning("%s: %s", doc["path"], reason)
-        record_failure(db, doc["id"], reason)
+        documents.record_failure(db, doc["id"], reason)
         result.status, result.reason = "failed", reason
         return result
     texts = [embed_text_for_passage(note.title, c.heading, c.content) for c in chunks]
@@ -170,12 +167,13 @@ def _store(db: Database, p: _Prepared, key: str, commit: str, vectors: Vectors, 
             crash_hook("inside_swap")
         conn.execute(
             """UPDATE documents SET title = %s, format = 'md', language = %s, ts_config = %s::regconfig,
-                      front_matter = %s, content_hash = %s, indexed_hash = %s, vault_blob = %s,
-                      size_bytes = %s, pages = %s, status = 'ingested', error = %s, version = %s,
-                      updated_at = now()
+                      front_matter = %s, vault_blob = %s, size_bytes = %s, pages = %s
                WHERE id = %s""",
-            (note.title, p.language, ts_config, Jsonb(note.front_matter), sha256(p.text), sha256(p.text),
-             p.entry.blob, p.size, len(note.sections), "; ".join(note.warnings) or None, version, doc["id"]))
+            (note.title, p.language, ts_config, Jsonb(note.front_matter), p.entry.blob, p.size,
+             len(note.sections), doc["id"]))
+        # the row is locked (above), so its version moves to the one the passages carry
+        documents.mark_ingested(conn, doc["id"], content_hash=sha256(p.text),
+                                error="; ".join(note.warnings) or None)
         conn.execute(
             "INSERT INTO vault_note_versions (document_id, version, path, commit_sha, blob, title, front_matter, "
             "tags, aliases, callouts, sections, passages, warnings) "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
+from library_pipeline import documents
 from library_pipeline.run_plan import partition_key_for
 from library_pipeline.vault.git import Entry, GitRepo
 from serving.db import Database
@@ -159,38 +160,27 @@ def _plan_full(db: Database, repo: GitRepo, plan: SyncPlan) -> None:
 
 # -- applying a plan: documents rows and the sync record ------------------------------------
 
-REGISTER_SQL = """
-INSERT INTO documents (source, path, partition_key, format, status)
-VALUES ('vault', %(path)s, %(key)s, 'md', 'pending')
-ON CONFLICT (source, path) DO UPDATE
-   SET status = CASE WHEN documents.status = 'removed' THEN 'pending' ELSE documents.status END,
-       updated_at = now()
-RETURNING partition_key
-"""
+def _register(conn: psycopg.Connection, path: str) -> str:
+    return documents.register(conn, "vault", path, partition_key_for(path), file_format="md")[1]
 
 
 def _rename(conn: psycopg.Connection, old: str, new: str) -> str:
     """Move a note's row to its new path (its versions come along). If a row
     already holds the new path (a note deleted there before), that row is
     revived instead and the old one marked removed."""
-    key = partition_key_for(new)
     clash = conn.execute("SELECT id FROM documents WHERE source = 'vault' AND path = %s", (new,)).fetchone()
     if clash:
         _remove(conn, [old])
-        return conn.execute(REGISTER_SQL, {"path": new, "key": key}).fetchone()[0]
-    row = conn.execute("UPDATE documents SET path = %s, partition_key = %s, updated_at = now() "
-                       "WHERE source = 'vault' AND path = %s RETURNING id", (new, key, old)).fetchone()
-    if row is None:  # not known under the old name (never synced): a new note
-        return conn.execute(REGISTER_SQL, {"path": new, "key": key}).fetchone()[0]
+        return _register(conn, new)
+    key = partition_key_for(new)
+    if documents.move(conn, "vault", old, new, key) is None:  # not known under the old name (never synced)
+        return _register(conn, new)
     return key
 
 
 def _remove(conn: psycopg.Connection, paths: list[str]) -> int:
-    ids = [r[0] for r in conn.execute(
-        "UPDATE documents SET status = 'removed', updated_at = now() "
-        "WHERE source = 'vault' AND path = ANY(%s) AND status <> 'removed' RETURNING id", (paths,))]
+    ids = documents.mark_removed(conn, "vault", paths)
     if ids:
-        conn.execute("UPDATE passages SET removed = true WHERE document_id = ANY(%s)", (ids,))
         conn.execute("DELETE FROM note_links WHERE from_document = ANY(%s)", (ids,))
     return len(ids)
 
@@ -214,7 +204,7 @@ def apply_plan(db: Database, plan: SyncPlan, trigger: str) -> AppliedSync:
             keys[new] = _rename(conn, old, new)
         for path in plan.index:
             if path not in keys:
-                keys[path] = conn.execute(REGISTER_SQL, {"path": path, "key": partition_key_for(path)}).fetchone()[0]
+                keys[path] = _register(conn, path)
         removed = _remove(conn, plan.removed) if plan.removed else 0
         skipped = dict(sorted(plan.skipped.items())[:MAX_SKIPPED_LISTED])
         if len(plan.skipped) > MAX_SKIPPED_LISTED:

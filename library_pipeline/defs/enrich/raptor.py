@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from library_pipeline.ingest.store import StepResult, clip_heading, ingested_document
+from library_pipeline.documents import StepResult, ingested_document
+from library_pipeline.ingest.passage_text import clip_heading
 from serving.db import Database
 from serving.embedding import Embedder, embed_text_for_passage, sha256
 from serving.generation import GenerationError, TextGenerator

@@ -18,8 +18,8 @@ import dagster as dg
 
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.ingest.batching import embed_groups, batched_writer, prefetch
-from library_pipeline.ingest.store import (ReusedConnection, StepResult, chunk_step, embed_step,
-                                           extract_step, record_failure_by_key)
+from library_pipeline.documents import StepResult, record_failure_by_key
+from library_pipeline.ingest.store import ReusedConnection, chunk_step, embed_step, extract_step
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.db import Database
 

@@ -15,8 +15,9 @@ import dagster as dg
 
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
+from library_pipeline.documents import StepResult
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
-from library_pipeline.vault.store import StepResult, index_notes
+from library_pipeline.vault.store import index_notes
 from library_pipeline.vault.sync import finish_run, synced_commit
 from serving.db import Database
 
