@@ -25,8 +25,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from library_pipeline.defs.enrich.kg_store import kg_step
-from library_pipeline.defs.enrich.raptor import raptor_step
+from library_pipeline.enrich.kg_store import kg_step
+from library_pipeline.enrich.raptor import raptor_step
 from library_pipeline.ingest_runner import run_ingest
 from serving.db import Database
 from serving.embedding import load_embedder

@@ -236,8 +236,8 @@ def score_pairs(rows: dict[tuple, str], merges: dict[str, str], gold: dict) -> d
 def offline(args) -> None:
     from collections import Counter
 
-    from library_pipeline.defs.enrich.extract import extract_graphs
-    from library_pipeline.defs.enrich.kg_file_resolution import plan_file_merges
+    from library_pipeline.enrich.extract import extract_graphs
+    from library_pipeline.enrich.kg_file_resolution import plan_file_merges
     from serving.ontology import RELATION_TYPES, relation_type
 
     gold = json.loads(GOLD.read_text(encoding="utf-8"))

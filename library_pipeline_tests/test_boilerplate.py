@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from library_pipeline.defs.enrich.kg_store import kg_step
+from library_pipeline.enrich.kg_store import kg_step
 from library_pipeline.ingest.chunking import BOILERPLATE_LABEL, chunk_pages
 from library_pipeline.ingest.extract import Page, extract_file, split_boilerplate
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY

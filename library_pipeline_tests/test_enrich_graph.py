@@ -248,8 +248,8 @@ def test_llm_extraction_path_maps_labels_and_keeps_direction(server_db, tmp_path
 
 
 def test_resolution_across_files_merges_spellings(db):
-    from library_pipeline.defs.enrich.passage_graph import PassageGraph
-    from library_pipeline.defs.enrich.kg_store import write_graph
+    from library_pipeline.enrich.passage_graph import PassageGraph
+    from library_pipeline.enrich.kg_store import write_graph
 
     with db.transaction() as conn:
         a, b, c = (conn.execute("INSERT INTO documents (path, partition_key, status) VALUES (%s, %s, 'ingested') "
@@ -285,8 +285,8 @@ def test_graph_cli(library, monkeypatch):
 
 
 def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
-    from library_pipeline.defs.enrich.passage_graph import Edge, PassageGraph
-    from library_pipeline.defs.enrich.kg_store import collect_orphans, write_graph
+    from library_pipeline.enrich.passage_graph import Edge, PassageGraph
+    from library_pipeline.enrich.kg_store import collect_orphans, write_graph
 
     with db.transaction() as conn:
         a, b = (conn.execute("INSERT INTO documents (path, partition_key, status) VALUES (%s, %s, 'ingested') "

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from library_pipeline.defs.enrich.assets import raptor_tree
-from library_pipeline.defs.enrich.raptor import MAX_CHARS, split_sentences
 from library_pipeline.defs.enrich.resources import GeneratorResource
+from library_pipeline.enrich.raptor import MAX_CHARS, split_sentences
 from library_pipeline_tests.conftest import new_database
 from library_pipeline_tests.enrich_fixtures import (FakeOllama, first_sentences, instance,  # noqa: F401 (fixture)
                                                     partition_keys, run_assets, sherlock_excerpt)

@@ -15,7 +15,7 @@ import json
 import pytest
 from mcp import Client
 
-from library_pipeline.defs.enrich.kg_store import kg_step
+from library_pipeline.enrich.kg_store import kg_step
 from library_pipeline_tests.enrich_fixtures import instance, partition_keys  # noqa: F401 (fixture)
 from library_pipeline_tests.ingest_helpers import ingest, write
 from serving import graph

@@ -13,8 +13,8 @@ from serving.ontology import ENTITY_TYPES, RELATION_TYPES, entity_type, relation
 
 def test_direction_is_kept_for_passive_phrases(db):
     """'X used by Y' is stored as X -uses-> Y with the raw label: recoverable, never silently inverted."""
-    from library_pipeline.defs.enrich.passage_graph import Edge, PassageGraph
-    from library_pipeline.defs.enrich.kg_store import write_graph
+    from library_pipeline.enrich.passage_graph import Edge, PassageGraph
+    from library_pipeline.enrich.kg_store import write_graph
 
     with db.transaction() as conn:
         doc = conn.execute("INSERT INTO documents (path, partition_key, status) VALUES ('a.txt', 'a', 'ingested') "
@@ -53,7 +53,7 @@ def test_one_name_normalisation_in_sql(db):
 
 
 def test_english_pattern_relations_map_with_direction_as_written():
-    from library_pipeline.defs.enrich.extract_english import english_graphs
+    from library_pipeline.enrich.extract_english import english_graphs
 
     graph = english_graphs(["The Hound of the Baskervilles, written by Arthur Conan Doyle, appeared in 1902. "
                             "Kerberos is a kind of network protocol used by Windows domains."])[0]
@@ -63,7 +63,7 @@ def test_english_pattern_relations_map_with_direction_as_written():
 
 
 def test_russian_names_are_put_in_the_nominative():
-    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+    from library_pipeline.enrich.extract_russian import russian_graphs
 
     graph = russian_graphs(["Маша Миронова любила Гринёва, а Швабрин служил в Оренбурге. "
                             "Савельич говорил с Пугачёвым в Белогорской крепости."])[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from library_pipeline.defs.enrich.extract_english import english_graphs
+from library_pipeline.enrich.extract_english import english_graphs
 from serving.ontology import RELATION_TYPES, relation_type
 
 
@@ -129,7 +129,7 @@ def graph_mentions(graph):
 
 
 def test_russian_rank_before_a_name_gives_type_of():
-    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+    from library_pipeline.enrich.extract_russian import russian_graphs
 
     sentence = ("Я старался вообразить себе капитана Миронова, моего будущего начальника, и представлял его строгим, "
                 "сердитым стариком.")
@@ -139,7 +139,7 @@ def test_russian_rank_before_a_name_gives_type_of():
 
 
 def test_russian_lead_words_are_not_part_of_a_name():
-    from library_pipeline.defs.enrich.extract_russian import natasha_models, without_lead_words
+    from library_pipeline.enrich.extract_russian import natasha_models, without_lead_words
 
     morph = natasha_models()[2]
     assert without_lead_words("Бедная Марья Ивановна", morph) == "Марья Ивановна"
@@ -184,7 +184,7 @@ def test_a_pair_related_with_a_type_is_not_also_a_cooccurrence():
 
 
 def russian_typed(sentence: str) -> set[tuple[str, str, str, str]]:
-    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+    from library_pipeline.enrich.extract_russian import russian_graphs
 
     graph = russian_graphs([sentence])[0]
     return {(e.source, e.relation, e.target, e.relation_raw) for e in graph.edges if e.extractor != "cooccurrence"}
@@ -217,7 +217,7 @@ def test_russian_person_after_k_or_s():
 
 
 def test_russian_imperative_is_no_person():
-    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+    from library_pipeline.enrich.extract_russian import russian_graphs
 
     graph = russian_graphs(["— Дочитывай, — сказал Пугачев."])[0]
     assert {name for name, _ in graph.mentions} == {"Пугачёв"}
@@ -258,7 +258,7 @@ def test_a_list_keeps_its_typed_rows():
 
 
 def test_a_statement_naming_three_keeps_its_cooccurrence():
-    from library_pipeline.defs.enrich.extract_russian import russian_graphs
+    from library_pipeline.enrich.extract_russian import russian_graphs
 
     assert len(cooccurring("The Hatter looked at the March Hare, who had followed him into the court, arm-in-arm "
                            "with the Dormouse.")) == 3
@@ -298,7 +298,7 @@ def test_no_row_for_a_pronoun_without_a_person_of_its_gender():
 
 
 def test_pronoun_genders_of_lone_names():
-    from library_pipeline.defs.enrich.pronouns import PassagePeople
+    from library_pipeline.enrich.pronouns import PassagePeople
 
     people = PassagePeople()
     # a title or kinship word says the gender (Alice's Adventures names its people so)

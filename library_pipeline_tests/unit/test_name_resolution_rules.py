@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from library_pipeline.defs.enrich.kg_file_resolution import plan_file_merges
-from library_pipeline.defs.enrich.passage_graph import tidy_person
+from library_pipeline.enrich.kg_file_resolution import plan_file_merges
+from library_pipeline.enrich.passage_graph import tidy_person
 
 
 def test_plan_of_merges_rules():

@@ -1,5 +1,5 @@
-"""The enrich stage: RAPTOR summary trees and the knowledge graph.
-Merge with `dg.Definitions.merge(..., enrich.defs, ...)` in
+"""The enrich stage: RAPTOR summary trees and the knowledge graph (their logic is
+`library_pipeline.enrich`). Merge with `dg.Definitions.merge(..., enrich.defs, ...)` in
 library_pipeline/definitions.py; it needs `library_db`, `embedder` and `llm`
 (GeneratorResource, from the LIBRARY_LLM_* settings) from there."""
 

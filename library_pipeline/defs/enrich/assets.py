@@ -18,11 +18,11 @@ annotations at definition time.
 import dagster as dg
 from pydantic import Field
 
-from library_pipeline.defs.enrich.kg_store import collect_orphans, kg_step
-from library_pipeline.defs.enrich.raptor import raptor_step
 from library_pipeline.defs.enrich.resources import GeneratorResource
 from library_pipeline.defs.ingest.assets import OWNERS, each_file, embeddings, report_files, sum_of
 from library_pipeline.defs.ingest.partitions import library_files_partitions
+from library_pipeline.enrich.kg_store import collect_orphans, kg_step
+from library_pipeline.enrich.raptor import raptor_step
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from library_pipeline.run_plan import ENRICH_LANE, ENRICH_POOL
 

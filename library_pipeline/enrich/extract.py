@@ -16,9 +16,9 @@ name resolution happen in kg_store, the one write path.
 
 from __future__ import annotations
 
-from library_pipeline.defs.enrich.extract_english import english_graphs
-from library_pipeline.defs.enrich.extract_russian import russian_graphs
-from library_pipeline.defs.enrich.passage_graph import Edge, PassageGraph, clean_name
+from library_pipeline.enrich.extract_english import english_graphs
+from library_pipeline.enrich.extract_russian import russian_graphs
+from library_pipeline.enrich.passage_graph import Edge, PassageGraph, clean_name
 from serving.generation import GenerationError, TextGenerator
 from serving.ontology import ENTITY_TYPES, RELATION_TYPES
 

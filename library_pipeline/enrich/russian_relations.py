@@ -16,8 +16,8 @@ co-occurrence (153 of 157 rows) while the text says «Пугачев спрос�
 
 from __future__ import annotations
 
-from library_pipeline.defs.enrich.passage_graph import Edge
-from library_pipeline.defs.enrich.pronouns import RUSSIAN_PRONOUNS, placeholder
+from library_pipeline.enrich.passage_graph import Edge
+from library_pipeline.enrich.pronouns import RUSSIAN_PRONOUNS, placeholder
 from serving.ontology import KIN_WORDS, SOCIAL_WORDS
 
 # lemmas (pymorphy3 normal forms) of verbs whose dative or object is someone spoken to,

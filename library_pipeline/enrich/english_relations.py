@@ -9,8 +9,8 @@ under 400 lines.
 
 from __future__ import annotations
 
-from library_pipeline.defs.enrich.english_people import people_patterns
-from library_pipeline.defs.enrich.passage_graph import HONORIFIC, Edge, clean_name
+from library_pipeline.enrich.english_people import people_patterns
+from library_pipeline.enrich.passage_graph import HONORIFIC, Edge, clean_name
 from serving.ontology import KIN_WORDS, SOCIAL_WORDS, relation_type
 
 CREATED_VERBS = {"write", "author", "create", "compose", "paint", "found", "develop", "design", "invent",

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from library_pipeline.defs.enrich.gender import GENDERED_FORMS, first_name_gender, name_gender
-from library_pipeline.defs.enrich.gender import compatible as gender_compatible
+from library_pipeline.enrich.gender import GENDERED_FORMS, first_name_gender, name_gender
+from library_pipeline.enrich.gender import compatible as gender_compatible
 
 # a short name said this many times as often as all the full names it could extend
 # together is not made ambiguous by them ("McCarthy" 30 beside James 6 and Charles 1

@@ -20,7 +20,7 @@ The direction is the text's: the subject (the agent of a passive) towards the ob
 
 from __future__ import annotations
 
-from library_pipeline.defs.enrich.passage_graph import HONORIFIC, Edge
+from library_pipeline.enrich.passage_graph import HONORIFIC, Edge
 from serving.ontology import KIN_WORDS, SOCIAL_WORDS
 
 # verbs of speech whose addressee is their "to" (or "at", "with"): "said to Alice",

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 
-from library_pipeline.defs.enrich.english_relations import (
+from library_pipeline.enrich.english_relations import (
     SPEECH_VERBS,
     english_patterns,
     form_before,
     is_form,
 )
-from library_pipeline.defs.enrich.passage_graph import (
+from library_pipeline.enrich.passage_graph import (
     HONORIFIC,
     NOT_NAMES,
     Edge,
@@ -27,7 +27,7 @@ from library_pipeline.defs.enrich.passage_graph import (
     tidy_person,
     typed_over_cooccurrence,
 )
-from library_pipeline.defs.enrich.pronouns import ENGLISH_PRONOUNS, PassagePeople, placeholder, resolve_edges
+from library_pipeline.enrich.pronouns import ENGLISH_PRONOUNS, PassagePeople, placeholder, resolve_edges
 
 # spaCy labels that are values, not things
 SKIP_LABELS = {"DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL"}

@@ -11,7 +11,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from library_pipeline.defs.enrich.passage_graph import (
+from library_pipeline.enrich.passage_graph import (
     HONORIFIC,
     NOT_NAMES,
     RANKS,
@@ -24,8 +24,8 @@ from library_pipeline.defs.enrich.passage_graph import (
     tidy_person,
     typed_over_cooccurrence,
 )
-from library_pipeline.defs.enrich.pronouns import RUSSIAN_PRONOUNS, PassagePeople, resolve_edges
-from library_pipeline.defs.enrich.russian_relations import russian_patterns
+from library_pipeline.enrich.pronouns import RUSSIAN_PRONOUNS, PassagePeople, resolve_edges
+from library_pipeline.enrich.russian_relations import russian_patterns
 
 _WORDS = re.compile(r"[А-Яа-яЁё]+")
 

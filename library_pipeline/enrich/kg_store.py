@@ -30,12 +30,12 @@ from psycopg.types.json import Jsonb
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
-from library_pipeline.defs.enrich.extract import extract_graphs
-from library_pipeline.defs.enrich.gender import compatible as gender_compatible
-from library_pipeline.defs.enrich.gender import name_gender
-from library_pipeline.defs.enrich.kg_file_resolution import resolve_within_file
-from library_pipeline.defs.enrich.passage_graph import PassageGraph
 from library_pipeline.documents import StepResult, ingested_document
+from library_pipeline.enrich.extract import extract_graphs
+from library_pipeline.enrich.gender import compatible as gender_compatible
+from library_pipeline.enrich.gender import name_gender
+from library_pipeline.enrich.kg_file_resolution import resolve_within_file
+from library_pipeline.enrich.passage_graph import PassageGraph
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
 from serving.graph import max_edits

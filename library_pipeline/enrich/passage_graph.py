@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from library_pipeline.defs.enrich.gender import form_gender
+from library_pipeline.enrich.gender import form_gender
 from serving.ontology import FORM_OF_ADDRESS, RELATION_TYPES, relation_type
 
 # Co-occurrence says nothing in a list or an address block: a sentence naming more than

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from library_pipeline.defs.enrich.gender import _morph, first_name_gender, name_gender
-from library_pipeline.defs.enrich.passage_graph import Edge
+from library_pipeline.enrich.gender import _morph, first_name_gender, name_gender
+from library_pipeline.enrich.passage_graph import Edge
 from serving.ontology import RELATION_TYPES, relation_type
 
 ENGLISH_PRONOUNS = {"he": "m", "him": "m", "his": "m", "she": "f", "her": "f"}
