@@ -9,9 +9,9 @@ import dagster as dg
 import pytest
 
 from library_pipeline.defs.memory import defs as memory_defs
-from library_pipeline.defs.memory import curation
 from library_pipeline.defs.memory.assets import (MEMORY_ASSETS, MemoryClock, memory_decay, memory_near_duplicates,
                                                  memory_promotion, memory_retention, no_exact_duplicates_in_global)
+from library_pipeline.memory import curation
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline_tests.search_fixtures import create_database
 from serving.memory import Viewer, get_memory, index_memory, search_memory

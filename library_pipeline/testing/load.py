@@ -95,7 +95,7 @@ async def _client(url: str, token: str, n: int, deadline: float, out: dict[str, 
 def _upkeep(dsn: str, stop: threading.Event, out: dict[str, Any]) -> None:
     import psycopg
 
-    from library_pipeline.defs.memory import curation
+    from library_pipeline.memory import curation
 
     while not stop.is_set():
         try:

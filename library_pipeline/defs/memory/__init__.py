@@ -1,5 +1,5 @@
-"""Agent-memory curation: near-duplicates, decay, promotion, retention (daily), and
-the "0 exact duplicates in global" check. Merge with
+"""Agent-memory curation (its logic: `library_pipeline.memory.curation`): near-duplicates,
+decay, promotion, retention (daily), and the "0 exact duplicates in global" check. Merge with
 `dg.Definitions.merge(..., memory.defs, ...)` in library_pipeline/definitions.py;
 it needs the `library_db` resource from there and brings its own `memory_clock`."""
 

@@ -18,7 +18,7 @@ import psycopg
 from pydantic import Field
 
 from library_pipeline.defs.ingest.assets import OWNERS
-from library_pipeline.defs.memory import curation
+from library_pipeline.memory import curation
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline.run_plan import MAINTENANCE_LANE
 

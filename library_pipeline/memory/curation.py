@@ -1,14 +1,12 @@
 """Memory curation as plain functions over a connection (the Dagster assets in
-assets.py are thin shells): near-duplicates, decay, promotion, retention, and
-the "no exact duplicates in global" invariant.
+library_pipeline.defs.memory.assets are thin shells): near-duplicates, decay,
+promotion, retention, and the "no exact duplicates in global" invariant.
 
 Every function takes `now` (the clock resource's time) instead of reading the
 wall clock, so tests move time forward. Nothing here deletes a row: merges mark
 `duplicate_of`, decay archives, retention moves to the cold tier. The passages
 of a memory carry denormalised flags (scope, archived, superseded, cold) that
 search filters on; each change below updates both tables in one transaction.
-
-No `from __future__ import annotations`: kept consistent with the asset modules.
 """
 
 import datetime as dt
