@@ -39,7 +39,7 @@ FANOUT = 100          # neighbours followed per node in path search, strongest f
 def max_edits(name_norm: str) -> int:
     """Edits a name may differ by and still be the same entity: 1 from 8
     characters, 2 from 12, none below 8. One rule for the write path (entity
-    resolution in library_pipeline/defs/enrich/kg_store.py) and lookups here:
+    resolution in library_pipeline/enrich/kg_store.py) and lookups here:
     at 2 edits for every length, "Hosmer" / "Homer" and "Mary" / "Mark" merged."""
     n = len(name_norm)
     return 2 if n >= 12 else 1 if n >= 8 else 0
