@@ -53,39 +53,31 @@ import dagster as dg
 import yaml
 from dagster_celery import celery_executor
 
-from library_pipeline.dagster_home import prepare_dagster_home
+from library_pipeline import launch
+from library_pipeline.dagster_home import DagsterHome, prepare_dagster_home
+from library_pipeline.definitions import build_resources
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
+from library_pipeline.defs.ingest.assets import ingest_job as ingest_files_job
 from library_pipeline.documents import record_failure_by_key
-from library_pipeline.resources import EmbedderResource, LibraryDatabase
-from library_pipeline.run_plan import range_tags
 from serving.db import Database
 from serving.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-CELERY_JOB = "ingest_files_celery"
+CELERY_JOB = launch.INGEST_JOB   # the same job as the main location's, on another executor
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_CONFIG = REPO / "deploy" / "celery" / "run_config.yaml"
 
-ingest_celery_job = dg.define_asset_job(
-    CELERY_JOB,
-    selection=dg.AssetSelection.assets(extracted_text, chunks, embeddings),
-    executor_def=celery_executor,
-    description="The ingest assets with each step sent to a celery worker (Redis broker).",
-)
-
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
-    # the process's own settings: an external DSN is bound as its variable, so the UI
-    # shows the variable's name rather than the password (LibraryDatabase.for_definitions)
-    own = settings is None
-    settings = settings or get_settings()
+    """The ingest job of the main location with the celery executor: each step goes to
+    a worker. Its resources are the main location's (library_pipeline.definitions)."""
+    resources = build_resources(settings)
     return dg.Definitions(
         assets=[extracted_text, chunks, embeddings],
-        jobs=[ingest_celery_job],
-        resources={"library_db": (LibraryDatabase.for_definitions(settings) if own
-                                  else LibraryDatabase.from_settings(settings)),
-                   "embedder": EmbedderResource.from_settings(settings)},
+        jobs=[ingest_files_job],
+        resources={name: resources[name] for name in ("library_db", "embedder")},
+        executor=celery_executor,
     )
 
 
@@ -122,19 +114,16 @@ def load_run_config(path: Path = DEFAULT_RUN_CONFIG) -> dict:
 
 # -- one run ---------------------------------------------------------------------------
 
-def execute_range(first: str, last: str, run_config: dict, reason: str = "celery",
+def execute_range(home: DagsterHome, first: str, last: str, run_config: dict, reason: str = "celery",
                   attempt: str | None = None) -> tuple[bool, str, str]:
     """One range run through the celery executor, in this process (the run's
     orchestrator: it submits the steps and waits for their results).
     Returns (success, run id, error text)."""
-    tags = {"library/reason": reason}
-    if attempt:
-        tags[ATTEMPT_TAG] = attempt
-    if first == last:
-        tags["dagster/partition"] = first
-    else:
-        tags.update(range_tags([first, last]))
-    with dg.DagsterInstance.get() as instance:
+    plan = launch.RunPlan(CELERY_JOB, [], reason, tags={ATTEMPT_TAG: attempt} if attempt else {})
+    tags = launch.run_tags(plan, [first] if first == last else [first, last])
+    # opened from dagster.yaml, not with the URL in hand: the celery executor sends this
+    # instance's reference to the workers, which resolve the URL from their environment
+    with dg.DagsterInstance.from_config(str(home.path)) as instance:
         result = dg.execute_job(dg.reconstructable(ingest_job), instance=instance, run_config=run_config,
                                 tags=tags, raise_on_error=False)
         error = ""
@@ -289,7 +278,8 @@ def _lost(instance: dg.DagsterInstance, roster: WorkerRoster, attempt: str) -> t
     return None
 
 
-def _launch(first: str, last: str, config_path: Path, reason: str, roster: WorkerRoster | None = None) -> dict:
+def _launch(home: DagsterHome, instance: dg.DagsterInstance, first: str, last: str, config_path: Path,
+            reason: str, roster: WorkerRoster | None = None) -> dict:
     """A range run in its own process: Dagster's run orchestration is not made for
     several runs in one interpreter at once. With `roster`, a watchdog stops the run
     when the worker running its step is gone (see `_lost`)."""
@@ -297,32 +287,31 @@ def _launch(first: str, last: str, config_path: Path, reason: str, roster: Worke
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.celery_ingest", "run-range", first, last,
                                  "--config", str(config_path), "--reason", reason, "--attempt", attempt],
-                                stdout=out, stderr=err, text=True, cwd=str(REPO))
+                                stdout=out, stderr=err, text=True, cwd=str(REPO), env={**os.environ, **home.env()})
         lost = None
         if roster is None:
             proc.wait()
         else:
-            with dg.DagsterInstance.get() as instance:
-                while proc.poll() is None:
-                    try:
-                        proc.wait(timeout=WATCH_EVERY_S)
-                        break
-                    except subprocess.TimeoutExpired:
-                        pass
-                    try:
-                        lost = _lost(instance, roster, attempt)
-                    except Exception as exc:  # the watchdog must never be what stops a run
-                        log.warning("watchdog: %s: %s", type(exc).__name__, exc)
-                        continue
-                    if lost is not None:
-                        run, why = lost
-                        log.warning("run %s (%s..%s): %s; stopping it", run.run_id, first, last, why)
-                        # the orchestrator only waits for a result that will never come: SIGTERM
-                        # would make it wait for that result before exiting
-                        proc.kill()
-                        proc.wait()
-                        instance.report_run_failed(run, why)
-                        return {"success": False, "run_id": run.run_id, "error": why, "lost": True}
+            while proc.poll() is None:
+                try:
+                    proc.wait(timeout=WATCH_EVERY_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                try:
+                    lost = _lost(instance, roster, attempt)
+                except Exception as exc:  # the watchdog must never be what stops a run
+                    log.warning("watchdog: %s: %s", type(exc).__name__, exc)
+                    continue
+                if lost is not None:
+                    run, why = lost
+                    log.warning("run %s (%s..%s): %s; stopping it", run.run_id, first, last, why)
+                    # the orchestrator only waits for a result that will never come: SIGTERM
+                    # would make it wait for that result before exiting
+                    proc.kill()
+                    proc.wait()
+                    instance.report_run_failed(run, why)
+                    return {"success": False, "run_id": run.run_id, "error": why, "lost": True}
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -346,23 +335,23 @@ def _unfinished(db: Database, keys: list[str]) -> list[str]:
 
 
 def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, parallel: int = 2,
-                      batch: int | None = None) -> dict:
+                      batch: int | None = None, home: DagsterHome | None = None) -> dict:
     """Ingest the whole library folder through the celery workers, `parallel` runs
     in flight. Returns the same summary as `run_ingest` plus the runs' history."""
-    from library_pipeline.ingest_runner import ingest_summary, refresh_corpus_indexes, register_library
+    from library_pipeline.ingest_runner import ingest_summary
 
     started = time.perf_counter()
-    prepare_dagster_home(db)
-    with dg.DagsterInstance.get() as instance:
-        keys, order, removed = register_library(db, instance)
-    wanted = [k for k in order if k in set(keys.values())]
-    batch = batch or max(1, -(-len(wanted) // (2 * parallel)))  # two rounds per worker
-    spans = [wanted[i:i + batch] for i in range(0, len(wanted), batch)]
+    home = home or prepare_dagster_home(db)
+    instance = home.instance()
+    changes = launch.library_changes(db, instance.get_dynamic_partitions(launch.LIBRARY_FILES))
+    batch = batch or max(1, -(-len(set(changes.keys.values())) // (2 * parallel)))  # two rounds per worker
+    plan = launch.ingest_plan(changes, "celery", batch=batch, in_order=True)
+    launch.register(plan, instance)
     history: list[dict] = []
     roster = WorkerRoster(*_broker_urls(load_run_config(config_path)))
 
     def attempt(span: list[str], reason: str) -> dict:
-        outcome = _launch(span[0], span[-1], config_path, reason, roster)
+        outcome = _launch(home, instance, span[0], span[-1], config_path, reason, roster)
         outcome.update(first=span[0], last=span[-1], files=len(span), reason=reason)
         history.append(outcome)
         return outcome
@@ -387,11 +376,11 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
                                                f"(three runs failed; last: {single.get('error') or 'no error text'})")
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        list(pool.map(one_span, spans))
+        list(pool.map(one_span, plan.runs))
 
-    with dg.DagsterInstance.get() as instance:
-        refresh_corpus_indexes(instance, LibraryDatabase.from_settings(db.settings), reason="celery")
-    return {**ingest_summary(db, keys, removed), "runs": history, "seconds": time.perf_counter() - started}
+    launch.follow_up(plan, instance, launch.Launched(), launch.location(db.settings))
+    return {**ingest_summary(db, changes.keys, changes.removed), "runs": history,
+            "seconds": time.perf_counter() - started}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,23 +404,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     db = Database(get_settings())
-    prepare_dagster_home(db)
+    home = prepare_dagster_home(db)
     if args.command == "worker":
-        # the worker's tasks open the run storage from the instance the launcher
-        # describes (DAGSTER_HOME/dagster.yaml, its URL read from the environment):
-        # prepare_dagster_home sets both, as the launcher does
+        # the worker's tasks open the run storage from the instance reference the
+        # launcher sends (dagster.yaml, its URL named by a variable): the worker gets
+        # the home's environment, as the launcher's run processes do
         venv_bin = str(Path(sys.executable).parent)
-        os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+        env = {**os.environ, **home.env(), "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")}
         cli = Path(venv_bin) / "dagster-celery"
         command = [str(cli), "worker", "start", "-A", "dagster_celery.app", "-y", str(args.config),
                    "-n", args.name, "--", "--pool", "prefork", "--concurrency", "1", *args.celery_args]
-        os.execv(command[0], command)
+        os.execve(command[0], command, env)
     if args.command == "run-range":
-        success, run_id, error = execute_range(args.first, args.last, load_run_config(args.config), args.reason,
-                                               args.attempt)
+        success, run_id, error = execute_range(home, args.first, args.last, load_run_config(args.config),
+                                               args.reason, args.attempt)
         print(json.dumps({"success": success, "run_id": run_id, "error": error}))
         return 0 if success else 1
-    summary = run_ingest_celery(db, config_path=args.config, parallel=args.parallel, batch=args.batch)
+    summary = run_ingest_celery(db, config_path=args.config, parallel=args.parallel, batch=args.batch, home=home)
     print(json.dumps(summary, default=str))
     return 0 if not summary["failed"] else 1
 

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import dagster as dg
 import sqlalchemy as db
 from dagster import DagsterEventType
 from dagster._core.errors import DagsterInvariantViolationError
@@ -36,6 +37,8 @@ from dagster_postgres.run_storage import PostgresRunStorage
 from dagster_postgres.schedule_storage import PostgresScheduleStorage
 from dagster_postgres.storage import DagsterPostgresStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
+
+from library_pipeline.dagster_home import EVENT_BATCH_SIZE
 
 _PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
 
@@ -205,3 +208,25 @@ class LibraryPostgresStorage(DagsterPostgresStorage):
     def run_storage_data(self) -> ConfigurableClassData | None:
         return ConfigurableClassData(__name__, LibraryRunStorage.__name__,
                                      self.inst_data.config_yaml) if self.inst_data else None
+
+
+class LibraryInstance(dg.DagsterInstance):
+    """`instance_class` in dagster.yaml: Dagster's instance, writing a step's events in
+    batches of EVENT_BATCH_SIZE. Dagster reads the size from its own variable,
+    DAGSTER_EVENT_BATCH_SIZE, per event (0 = one by one); here the instance carries it,
+    so every process that opens the home (the CLI, the daemon, run and celery workers)
+    batches without anything written to its environment. The variable, when set,
+    still wins."""
+
+    @classmethod
+    def config_schema(cls) -> dict:
+        return {}
+
+    @staticmethod
+    def config_defaults(base_dir: str) -> Mapping[str, Any]:
+        from dagster._core.instance.ref import InstanceRef
+
+        return InstanceRef.config_defaults(base_dir)
+
+    def _get_event_batch_size(self) -> int:
+        return int(os.environ.get("DAGSTER_EVENT_BATCH_SIZE") or EVENT_BATCH_SIZE)

@@ -103,47 +103,35 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
     """Build RAPTOR trees and extract the graph for every ingested file (one range run)."""
     import dagster as dg
 
+    from library_pipeline import launch
     from library_pipeline.dagster_home import prepare_dagster_home
-    from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
-    from library_pipeline.defs.enrich.resources import GeneratorResource
-    from library_pipeline.defs.ingest.partitions import library_files_partitions
-    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG
-    from library_pipeline.resources import EmbedderResource, LibraryDatabase
-    from library_pipeline.run_plan import ENRICH_LANE, range_tags
     from serving.db import Database
     from serving.settings import get_settings
 
     if only not in (None, "raptor", "graph"):
         fail("--only must be raptor or graph")
-    settings = get_settings()
-    db = Database(settings)
+    db = Database(get_settings())
     try:
-        prepare_dagster_home(db)
-        instance = dg.DagsterInstance.get()
-        with db.connect() as conn:
-            wanted = {r[0] for r in conn.execute(
-                "SELECT partition_key FROM documents WHERE source = 'library' AND status = 'ingested'")}
-        keys = [k for k in instance.get_dynamic_partitions(library_files_partitions.name) if k in wanted]
+        instance = prepare_dagster_home(db).instance()
+        keys = launch.enrich_keys(instance.get_dynamic_partitions(launch.LIBRARY_FILES), db)
         if not keys:
             fail("no ingested files: run `library ingest` first")
-        assets = [a for a, name in ((raptor_tree, "raptor"), (knowledge_graph, "graph")) if only in (None, name)]
-        run_config = dict(QUIET_RUN_CONFIG)
-        run_config["ops"] = {"raptor_tree": {"config": {"force": force}},
-                             "knowledge_graph": {"config": {"budget": budget, "restart": restart}}}
-        run_config["ops"] = {k: v for k, v in run_config["ops"].items() if k in {a.key.path[-1] for a in assets}}
-        resources = {"library_db": LibraryDatabase.from_settings(settings),
-                     "embedder": EmbedderResource.from_settings(settings),
-                     "llm": GeneratorResource.from_settings(settings)}
-        tags = {**range_tags(keys), "library/reason": "cli", **ENRICH_LANE}
-        result = dg.materialize(assets, instance=instance, resources=resources, tags=tags, run_config=run_config,
-                                raise_on_error=False)
-        for asset in assets:
-            event = instance.get_latest_materialization_event(asset.key)
-            if event is not None and event.run_id == result.run_id:
+        assets = [name for name, part in (("raptor_tree", "raptor"), ("knowledge_graph", "graph"))
+                  if only in (None, part)]
+        ops = {"raptor_tree": {"config": {"force": force}},
+               "knowledge_graph": {"config": {"budget": budget, "restart": restart}}}
+        plan = launch.enrich_plan(keys, "cli", run_config={"ops": {k: v for k, v in ops.items() if k in assets}},
+                                  assets=assets)
+        launched = launch.execute(plan, instance)
+        run_id = launched.run_ids[0]
+        for name in assets:
+            event = instance.get_latest_materialization_event(dg.AssetKey(name))
+            if event is not None and event.run_id == run_id:
                 meta = {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()
                         if k not in ("per_file", "failures")}
-                typer.echo(f"{asset.key.path[-1]}: {json.dumps(meta, default=str)}")
-        if not result.success:
-            fail(f"run {result.run_id} failed; see the Dagster UI or `library status`")
+                typer.echo(f"{name}: {json.dumps(meta, default=str)}")
+        if run_id in launched.failed_runs:
+            fail(f"run {run_id} failed; see the Dagster UI or `library status`")
     finally:
         db.stop()
+

@@ -21,10 +21,6 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # dagster loads in ~1 s; `library up` plans no runs before it needs it
-    import dagster as dg
 
 LANE_TAG = "library/lane"  # run tag that puts a run in a lane
 INGEST_LANE = {LANE_TAG: "ingest"}
@@ -62,19 +58,6 @@ def range_tags(keys: list[str]) -> dict[str, str]:
 def digest(keys: Iterable[str], length: int = 12) -> str:
     """A short stable name for a set of keys (part of a run key)."""
     return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:length]
-
-
-def range_request(keys: list[str], reason: str, tags: dict[str, str] | None = None) -> dg.RunRequest:
-    """One run over `keys` (a contiguous range, or one partition), its run key naming
-    the reason, the range and its content, so the same range is requested once."""
-    import dagster as dg
-
-    first, last = keys[0], keys[-1]
-    tag = digest(keys)
-    if first == last:
-        return dg.RunRequest(run_key=f"{reason}:{first}:{tag}", partition_key=first, tags=tags or {})
-    return dg.RunRequest(run_key=f"{reason}:{first}:{last}:{tag}",
-                         tags={**range_tags(keys), "library/reason": reason, **(tags or {})})
 
 
 def chunked(keys: list[str], size: int = RANGE_SIZE) -> list[list[str]]:

@@ -151,14 +151,15 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
         if ingest:
             from library_pipeline.ingest_runner import run_ingest
 
-            summary = run_ingest(db)
+            summary = run_ingest(db, instance=dagster_home.instance())
             log.info("ingested %d files (%d failed), %d passages live", summary["files"], summary["failed"],
                      summary["passages"])
             # in-process Dagster execution maps SIGTERM onto the SIGINT handler,
             # which a shell's background job has set to SIG_IGN: measured, a
             # `library up &` then ignored SIGTERM for good. Install ours again.
             _install_stop_handlers()
-        env = dict(os.environ, DAGSTER_HOME=str(dagster_home), LIBRARY_DIR=str(settings.library_dir),
+        # the daemon, the webserver and their run workers open the home from disk
+        env = dict(os.environ, **dagster_home.env(), LIBRARY_DIR=str(settings.library_dir),
                    LIBRARY_HOME=str(settings.home))
         logdir = settings.home / "logs"
         logdir.mkdir(parents=True, exist_ok=True)

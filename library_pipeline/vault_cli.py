@@ -41,14 +41,13 @@ def sync(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable summary."),
 ) -> None:
     """Index what changed in the vault since the last sync, now (in-process Dagster runs)."""
-    from library_pipeline.defs.vault.resources import VaultResource
     from library_pipeline.vault.git import GitError
     from library_pipeline.vault_runner import run_sync
 
     settings = _settings(repo, branch)
     db = Database(settings)
     try:
-        summary = run_sync(db, VaultResource.from_settings(settings), full=full, trigger=trigger)
+        summary = run_sync(db, full=full, trigger=trigger)
     except (GitError, ValueError) as exc:
         console.print(f"[red]vault sync failed:[/] {exc}")
         raise typer.Exit(2) from None
@@ -72,10 +71,10 @@ def sync(
 
 
 def vault_status(db: Database, settings: Settings) -> dict:
+    from library_pipeline.definitions import build_resources
     from library_pipeline.defs.vault.assets import vault_lag
-    from library_pipeline.defs.vault.resources import VaultResource
 
-    vault = VaultResource.from_settings(settings)
+    vault = build_resources(settings)["vault"]
     out: dict = {"repo": str(settings.vault_repo or ""), "configured": vault.configured}
     if vault.configured:
         try:

@@ -31,13 +31,10 @@ def second(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 
 @pytest.fixture()
 def library_instance(db, tmp_path, monkeypatch):
-    # prepare_dagster_home exports these; monkeypatch puts them back afterwards
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "")  # restored (unset) afterwards
-    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE")
-    monkeypatch.setenv("LIBRARY_DAGSTER_PG_URL", "")
-    prepare_dagster_home(db)
-    with dg.DagsterInstance.get() as instance:
+    # nothing in the environment: the home is passed explicitly and the instance
+    # carries the batch size itself
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    with prepare_dagster_home(db, tmp_path / "dagster").instance() as instance:
         yield instance
 
 
@@ -51,7 +48,8 @@ def test_range_run_planned_and_materialized_per_partition(library_instance, monk
     instance = library_instance
     storage = instance.event_log_storage
     assert isinstance(storage, LibraryEventLogStorage)
-    assert os.environ["DAGSTER_EVENT_BATCH_SIZE"] == str(EVENT_BATCH_SIZE)
+    assert "DAGSTER_EVENT_BATCH_SIZE" not in os.environ
+    assert instance._get_event_batch_size() == EVENT_BATCH_SIZE
     batches: list[set[str]] = []
     real_batch = storage.store_event_batch
 

@@ -100,7 +100,7 @@ def test_instance_config_has_the_enrich_pool_and_passes_dagsters_loader(db, monk
     from dagster._core.instance.config import dagster_instance_config
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    home = prepare_dagster_home(db)
+    home = prepare_dagster_home(db).path
     config = yaml.safe_load((home / "dagster.yaml").read_text())
     assert config["concurrency"] == {"runs": RUN_QUEUE, "pools": POOLS}
     assert "config" not in config["run_coordinator"]   # Dagster refuses run limits in both places

@@ -58,8 +58,7 @@ def corpus(server_db, test_data, tmp_path_factory, monkeypatch_module):
                 (_sicp_cut if f.name == SICP else shutil.copyfile)(f, target)
     db = new_database(server_db, library)
     monkeypatch_module.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster_home")))
-    prepare_dagster_home(db)
-    instance = dg.DagsterInstance.get()
+    instance = prepare_dagster_home(db).instance()
     first = ingest(db, instance)
     return db, instance, first
 

@@ -136,7 +136,7 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
     same answer."""
     from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
     from library_pipeline.defs.ingest.vector_indexes import vector_indexes_present
-    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_corpus_indexes, register_library
+    from library_pipeline import launch
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
     from library_pipeline.run_plan import range_tags
     from library_pipeline_tests.ingest_helpers import latest_metadata
@@ -175,11 +175,14 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
         return plan, [r.passage_id for r in found.results]
 
     with dg.DagsterInstance.ephemeral() as instance:
-        keys, order, _ = register_library(db, instance)
+        changes = launch.library_changes(db, [])
+        plan = launch.ingest_plan(changes, "test")
+        launch.register(plan, instance)
+        order = instance.get_dynamic_partitions(launch.LIBRARY_FILES)
         run = dg.materialize([extracted_text, chunks, embeddings], instance=instance, tags=range_tags(order),
                              resources={"library_db": library_db,
                                         "embedder": EmbedderResource.from_settings(db.settings)},
-                             run_config=QUIET_RUN_CONFIG)
+                             run_config=launch.QUIET_RUN_CONFIG)
         assert run.success
         assert indexes() == summaries   # the verbatim ones wait for the end of the sync
         check = vector_indexes_present(library_db=library_db)
@@ -188,7 +191,10 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
         before_plan, before = lane_plan_and_answer()
         assert "passages_hnsw" not in before_plan and before
 
-        assert refresh_corpus_indexes(instance, library_db, reason="test") is None
+        # what follows the sync: the ingest job's automation
+        refresh = launch.Launched()
+        launch.follow_up(plan, instance, refresh, launch.location(db.settings))
+        assert refresh.runs == 1 and not refresh.failed_runs
         assert indexes() == summaries | verbatim
         built = latest_metadata(instance, "vector_indexes")
         assert all(name in built["built"] for name in verbatim) and built["passages"] == 12, built
@@ -197,5 +203,6 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
         assert f"passages_hnsw_{tag}" in after_plan and after == before
 
         # the next sync finds them built: nothing to do
-        assert refresh_corpus_indexes(instance, library_db, reason="test") is None
+        launch.follow_up(plan, instance, refresh, launch.location(db.settings))
+        assert refresh.runs == 2 and not refresh.failed_runs
         assert latest_metadata(instance, "vector_indexes")["built"] == "nothing missing"

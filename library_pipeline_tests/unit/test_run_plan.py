@@ -41,11 +41,14 @@ def test_ingest_sensor_requests():
 
 def test_vault_sensor_requests():
     few = plan_run_requests(AppliedSync(sync_id=7, keys=["k0003", "k0001"], old_keys=[], removed=0, renamed=0), "abc", ORDER)
-    assert [(r.partition_key, r.run_key) for r in few] == [("k0003", "vault:7:k0003"), ("k0001", "vault:7:k0001")]
+    assert [r.partition_key for r in few] == ["k0003", "k0001"]
+    assert [r.run_key.rsplit(":", 1)[0] for r in few] == ["vault:7:k0003", "vault:7:k0001"]
     many = plan_run_requests(AppliedSync(sync_id=8, keys=ORDER[10:410:10], old_keys=[], removed=0, renamed=0), "abc", ORDER)
     assert [(r.tags[RANGE_START_TAG], r.tags[RANGE_END_TAG]) for r in many] == [
         ("k0010", "k0209"), ("k0210", "k0400")]
-    assert many[1].run_key.startswith("vault:8:200:") and many[0].tags["vault/commit"] == "abc"
+    assert many[1].run_key.startswith("vault:8:k0210:k0400:") and many[0].tags["vault/commit"] == "abc"
+    # every run of a sync says why it ran, as every other run does
+    assert {r.tags["library/reason"] for r in few + many} == {"sensor"}
 
 
 def test_cli_spans_join_keys_up_to_three_apart():

@@ -8,7 +8,8 @@ import dagster as dg
 from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
 from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed, raptor_trees_current
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.run_plan import ENRICH_LANE, range_tags
+from library_pipeline import launch
+from library_pipeline.run_plan import ENRICH_LANE
 
 enrich_job = dg.define_asset_job(
     "enrich_files", selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_LANE,
@@ -33,13 +34,12 @@ enrich_automation = dg.AutomationConditionSensorDefinition(
              description=f"Nightly: rebuild stale summary trees and extract up to {NIGHTLY_BUDGET} more passages "
                          "into the graph (resuming where the last run stopped), as one range run.")
 def enrich_nightly(context: dg.ScheduleEvaluationContext):
-    keys = context.instance.get_dynamic_partitions(library_files_partitions.name)
+    keys = launch.enrich_keys(context.instance.get_dynamic_partitions(library_files_partitions.name))
     if not keys:
         return dg.SkipReason("no library files registered yet")
-    return dg.RunRequest(
-        run_key=None,
-        run_config={"ops": {"knowledge_graph": {"config": {"budget": NIGHTLY_BUDGET}}}},
-        tags={**range_tags(keys), "library/reason": "nightly", **ENRICH_LANE})
+    budget = {"ops": {"knowledge_graph": {"config": {"budget": NIGHTLY_BUDGET}}}}
+    (request,) = launch.run_requests(launch.enrich_plan(keys, "nightly", run_config=budget))
+    return request
 
 
 defs = dg.Definitions(assets=[raptor_tree, knowledge_graph],

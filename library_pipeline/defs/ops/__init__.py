@@ -6,15 +6,15 @@ Exposes `defs`, merged into `library_pipeline.definitions`.
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.defs.ops import reembed
-from library_pipeline.run_plan import MAINTENANCE_LANE, chunked, range_request
 
 
-def reconcile_requests(keys: list[str]) -> list[dg.RunRequest]:
+def reconcile_requests(keys: list[str], stamp: str | None = None) -> list[dg.RunRequest]:
     """Every file partition in contiguous ranges: one run per range, never one per file."""
-    return [range_request(part, "reconcile", MAINTENANCE_LANE) for part in chunked(keys)]
+    return launch.run_requests(launch.reconcile_plan(keys, stamp))
 
 
 @dg.schedule(
@@ -36,15 +36,12 @@ def library_reconcile_schedule(context: dg.ScheduleEvaluationContext) -> list[dg
         stamp = context.scheduled_execution_time.strftime("%Y%m%d")
     except Exception:  # dagster raises a CheckError when the context has no tick time
         stamp = "manual"  # evaluated outside a tick (tests, "Test schedule" in the UI)
-    return [r.with_replaced_attrs(run_key=f"{stamp}:{r.run_key}") for r in reconcile_requests(keys)]
+    return reconcile_requests(keys, stamp)
 
 
-# Measured (benchmarks/scale.py, 4 files, 2 cores): one range run of the ingest
-# chain took 16.2 s in-process and 63.7 s with the default multiprocess executor
-# (each step re-imports Dagster, torch and the model; the chain has nothing to run
-# in parallel). So the location's default executor, which UI backfills and
-# sensor runs use, is in-process; parallelism comes from concurrent runs.
+# the location's executor is chosen in library_pipeline.definitions (in-process; celery
+# for the celery location)
 defs = dg.Definitions.merge(
-    dg.Definitions(schedules=[library_reconcile_schedule], executor=dg.in_process_executor),
+    dg.Definitions(schedules=[library_reconcile_schedule]),
     reembed.defs,  # re-embed migration asset, query-log retention schedule
 )

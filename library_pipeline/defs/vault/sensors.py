@@ -23,11 +23,11 @@ import time
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.defs.vault.assets import vault_job
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import LibraryDatabase
-from library_pipeline.run_plan import MAX_SINGLE_REQUESTS, digest, plan_ranges, range_tags
 from library_pipeline.vault.git import GitError
 from library_pipeline.vault.sync import (
     AppliedSync,
@@ -61,22 +61,9 @@ def failed_sync(instance: dg.DagsterInstance, db, repo_id: str, branch: str) -> 
 
 
 def plan_run_requests(applied: AppliedSync, commit: str, key_order: list[str]) -> list[dg.RunRequest]:
-    """One run per note for a handful of notes, else contiguous ranges (the notes
-    between changed ones ride along and skip on their unchanged blob). The run key
+    """The sensor's requests for a sync (library_pipeline.launch.vault_plan): the run key
     names the sync, so a note changed again in a later push gets a new run."""
-    tags = {"vault/sync": str(applied.sync_id), "vault/commit": commit}
-    requests = []
-    offset = 0
-    singles = len(set(applied.keys)) <= MAX_SINGLE_REQUESTS
-    for part in plan_ranges(applied.keys, key_order):
-        if singles:
-            requests.append(dg.RunRequest(run_key=f"vault:{applied.sync_id}:{part[0]}", partition_key=part[0],
-                                          tags=tags))
-        else:
-            requests.append(dg.RunRequest(run_key=f"vault:{applied.sync_id}:{offset}:{digest(part, 10)}",
-                                          tags={**tags, **range_tags(part)}))
-        offset += len(part)
-    return requests
+    return launch.run_requests(launch.vault_plan(applied, commit, "sensor", key_order))
 
 
 @dg.sensor(
@@ -119,21 +106,12 @@ def vault_push_sensor(context: dg.SensorEvaluationContext, library_db: LibraryDa
             base = elsewhere  # the hook / CLI already requested up to there
         plan = plan_sync(db, repo, branch, base)
     applied = apply_plan(db, plan, "sensor")
-    existing = set(context.instance.get_dynamic_partitions(vault_notes_partitions.name))
-    to_add = [k for k in dict.fromkeys(applied.keys) if k not in existing]
-    gone = [k for k in applied.old_keys if k in existing and k not in applied.keys]
-    key_order = [k for k in context.instance.get_dynamic_partitions(vault_notes_partitions.name) if k not in gone]
-    key_order += to_add
-    requests = plan_run_requests(applied, head, key_order)
-    set_runs(db, applied.sync_id, len(requests))
+    partitions = context.instance.get_dynamic_partitions(vault_notes_partitions.name)
+    runs = launch.vault_plan(applied, head, "sensor", partitions)
+    set_runs(db, applied.sync_id, len(runs.runs))
     context.log.info(
         f"vault {plan.mode} sync {applied.sync_id} {(plan.base or '-')[:12]}..{head[:12]}"
         f"{' (' + plan.reason + ')' if plan.reason else ''}: {len(applied.keys)} to index, "
         f"{applied.renamed} renamed, {applied.removed} removed, {len(plan.skipped)} skipped; "
-        f"{len(requests)} run(s)")
-    partition_requests = []
-    if to_add:
-        partition_requests.append(vault_notes_partitions.build_add_request(to_add))
-    if gone:
-        partition_requests.append(vault_notes_partitions.build_delete_request(gone))
-    return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=head)
+        f"{len(runs.runs)} run(s)")
+    return launch.sensor_result([runs], head)
