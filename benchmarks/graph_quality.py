@@ -345,7 +345,8 @@ def main() -> None:
     from library_pipeline.defs.enrich.resources import GeneratorResource
     from library_pipeline.defs.ingest.partitions import library_files_partitions
     from library_pipeline.run_plan import ENRICH_LANE, range_tags
-    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, run_ingest
+    from library_pipeline.ingest_runner import run_ingest
+    from library_pipeline.launch import QUIET_RUN_CONFIG
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
     from serving import graph
     from serving.db import Database
@@ -357,7 +358,6 @@ def main() -> None:
     library = tmp / "library"
     shutil.copytree(EXAMPLES, library)
     settings = dataclasses.replace(Settings.from_env(), home=tmp / "home", library_dir=library, db_dsn=None)
-    os.environ.pop("DAGSTER_HOME", None)
     db = Database(settings)
     figures: dict = {"load_before": open("/proc/loadavg").read().split()[:3]}
     try:
@@ -365,8 +365,7 @@ def main() -> None:
         if args.restore:   # into the fresh, empty database; the schema comes with the dump
             subprocess.run([str(bindir / "pg_restore"), "--no-owner", "-d", db.dsn, str(args.restore)], check=True)
         db.ensure_schema()
-        prepare_dagster_home(db)
-        instance = dg.DagsterInstance.get()
+        instance = prepare_dagster_home(db, settings.home / "dagster").instance()
         if args.restore:
             with db.connect() as conn:
                 keys = [r[0] for r in conn.execute("SELECT partition_key FROM documents ORDER BY id")]

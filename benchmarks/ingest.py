@@ -208,7 +208,7 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
     in this process (the daemon launches them the same way, one run per request)."""
     from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
     from library_pipeline.defs.ingest.sensors import library_folder_sensor
-    from library_pipeline.ingest_runner import QUIET_RUN_CONFIG, refresh_corpus_indexes
+    from library_pipeline import launch
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
     library_db = LibraryDatabase.from_settings(db.settings)
@@ -225,18 +225,19 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
         if request.partition_key:
             tags["dagster/partition"] = request.partition_key
         run = dg.materialize([extracted_text, chunks, embeddings], instance=instance, resources=resources,
-                             tags=tags, run_config=QUIET_RUN_CONFIG, raise_on_error=False)
+                             tags=tags, run_config=launch.QUIET_RUN_CONFIG, raise_on_error=False)
         failed += not run.success
-    refresh_corpus_indexes(instance, library_db, reason="benchmark")
+    # what the daemon's automation runs after them
+    launch.follow_up(launch.RunPlan(launch.INGEST_JOB, [], "benchmark"), instance, launch.Launched(),
+                     launch.location(db.settings))
     return {"tick_s": round(tick, 3), "runs": len(result.run_requests), "failed_runs": failed}
 
 
 def _dagster_instance(db: Database, kind: str) -> dg.DagsterInstance:
     if kind == "ephemeral":
         return dg.DagsterInstance.ephemeral()
-    os.environ.pop("DAGSTER_HOME", None)  # each pass has its own home and database
-    prepare_dagster_home(db)
-    return dg.DagsterInstance.get()
+    # each pass has its own home and database
+    return prepare_dagster_home(db, db.settings.home / "dagster").instance()
 
 
 def _small_files_pass(path: str, library: Path, home: Path, embedder, instance_kind: str) -> dict:

@@ -75,11 +75,10 @@ def bench_sensor_and_status(home: Path, n_files: int, n_materialized: int) -> di
     settings = Settings(library_dir=library, home=home)
     db = Database(settings)
     db.ensure_schema()
-    os.environ["DAGSTER_HOME"] = str(home / "dagster")
-    prepare_dagster_home(db)
+    dagster_home = prepare_dagster_home(db, home / "dagster")
     figures: dict = {"files": n_files}
     resources = {"library_db": LibraryDatabase.from_settings(settings)}
-    with dg.DagsterInstance.get() as instance:
+    with dagster_home.instance() as instance:
         def tick(cursor):
             ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
             return library_folder_sensor(ctx)
@@ -151,8 +150,6 @@ def _materialize_cli(env: dict, start: str, end: str, in_process: bool) -> float
 
 
 def bench_executors(home: Path, n_files: int) -> dict:
-    import dagster as dg
-
     from library_pipeline.dagster_home import prepare_dagster_home
     from library_pipeline.defs.ingest.partitions import library_files_partitions
     from library_pipeline.ingest.store import register_files
@@ -169,12 +166,11 @@ def bench_executors(home: Path, n_files: int) -> dict:
     settings = Settings(library_dir=library, home=home)
     db = Database(settings)
     db.ensure_schema()
-    os.environ["DAGSTER_HOME"] = str(home / "dagster")
-    prepare_dagster_home(db)
-    env = dict(os.environ, LIBRARY_HOME=str(home), LIBRARY_DIR=str(library), HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
+    dagster_home = prepare_dagster_home(db, home / "dagster")
+    env = dict(os.environ, **dagster_home.env(), LIBRARY_HOME=str(home), LIBRARY_DIR=str(library),
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     keys = list(register_files(db, scan_library(library)).values())
-    with dg.DagsterInstance.get() as instance:
+    with dagster_home.instance() as instance:
         instance.add_dynamic_partitions(library_files_partitions.name, keys)
         keys = instance.get_dynamic_partitions(library_files_partitions.name)
     figures: dict = {"files": n_files}

@@ -99,12 +99,18 @@ def test_the_automation_sensor_runs_by_default_in_the_enrich_lane():
 def test_instance_config_has_the_enrich_pool_and_passes_dagsters_loader(db, monkeypatch, tmp_path):
     from dagster._core.instance.config import dagster_instance_config
 
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    home = prepare_dagster_home(db).path
+    prepared = prepare_dagster_home(db, tmp_path / "dagster")
+    home = prepared.path
     config = yaml.safe_load((home / "dagster.yaml").read_text())
     assert config["concurrency"] == {"runs": RUN_QUEUE, "pools": POOLS}
     assert "config" not in config["run_coordinator"]   # Dagster refuses run limits in both places
     loaded, _ = dagster_instance_config(str(home))
     assert loaded["concurrency"]["pools"]["default_limit"] == 1
+    with prepared.instance() as instance:   # in this process: nothing from the environment
+        assert instance.global_op_concurrency_default_limit == 1
+    # a process that opens the home from disk (the daemon, a celery worker) gets what it
+    # needs from its parent as its environment
+    for name, value in prepared.env().items():
+        monkeypatch.setenv(name, value)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.global_op_concurrency_default_limit == 1
