@@ -343,7 +343,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
     started = time.perf_counter()
     home = home or prepare_dagster_home(db)
     instance = home.instance()
-    changes = launch.library_changes(db, instance.get_dynamic_partitions(launch.LIBRARY_FILES))
+    changes = launch.library_changes(db, instance)
     batch = batch or max(1, -(-len(set(changes.keys.values())) // (2 * parallel)))  # two rounds per worker
     plan = launch.ingest_plan(changes, "celery", batch=batch, in_order=True)
     launch.register(plan, instance)

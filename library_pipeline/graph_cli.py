@@ -104,7 +104,6 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
     import dagster as dg
 
     from library_pipeline import launch
-    from library_pipeline.dagster_home import prepare_dagster_home
     from serving.db import Database
     from serving.settings import get_settings
 
@@ -112,8 +111,8 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
         fail("--only must be raptor or graph")
     db = Database(get_settings())
     try:
-        instance = prepare_dagster_home(db).instance()
-        keys = launch.enrich_keys(instance.get_dynamic_partitions(launch.LIBRARY_FILES), db)
+        instance = launch.open_instance(db)
+        keys = launch.enrich_keys(instance, db)
         if not keys:
             fail("no ingested files: run `library ingest` first")
         assets = [name for name, part in (("raptor_tree", "raptor"), ("knowledge_graph", "graph"))

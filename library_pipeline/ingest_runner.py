@@ -18,7 +18,6 @@ import dagster as dg
 from tqdm import tqdm
 
 from library_pipeline import launch
-from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.documents import purge_removed
 from library_pipeline.run_plan import RANGE_SIZE
 from serving.db import Database
@@ -41,8 +40,8 @@ class _ProgressHandler(logging.Handler):
 def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool = False, batch: int = RANGE_SIZE,
                progress: bool = True, instance: dg.DagsterInstance | None = None) -> dict:
     started = time.perf_counter()
-    instance = instance or prepare_dagster_home(db).instance()
-    changes = launch.library_changes(db, instance.get_dynamic_partitions(launch.LIBRARY_FILES), relpaths=relpaths)
+    instance = instance or launch.open_instance(db)
+    changes = launch.library_changes(db, instance, relpaths=relpaths)
     plan = launch.ingest_plan(changes, "cli", batch=batch, force=force)
     bar = tqdm(total=3 * plan.files, unit="step", disable=not progress, leave=False)
     handler = _ProgressHandler(bar)
@@ -80,7 +79,7 @@ def ingest_summary(db: Database, keys, removed) -> dict:
 
 def purge_removed_files(db: Database, instance: dg.DagsterInstance | None = None) -> list[str]:
     purged = purge_removed(db)
-    instance = instance or prepare_dagster_home(db).instance()
+    instance = instance or launch.open_instance(db)
     launch.register(launch.RunPlan(launch.INGEST_JOB, [], "purge", partitions=launch.LIBRARY_FILES,
                                    delete=[key for _, key in purged]), instance)
     return [p for p, _ in purged]

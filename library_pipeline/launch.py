@@ -33,6 +33,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.ingest.files import scan_library
 from library_pipeline.ingest.store import mark_removed, register_files
 from library_pipeline.run_plan import (
@@ -145,6 +146,11 @@ def register(plan: RunPlan, instance: dg.DagsterInstance) -> None:
             instance.delete_dynamic_partition(plan.partitions, key)
 
 
+def open_instance(db: Database) -> dg.DagsterInstance:
+    """The shared instance of `db`'s library, opened in this process (its home prepared)."""
+    return prepare_dagster_home(db).instance()
+
+
 def location(settings: Settings | None = None) -> dg.Definitions:
     from library_pipeline.definitions import definitions_for
 
@@ -164,6 +170,13 @@ def follow_ups(defs: dg.Definitions, job: str) -> list[dg.AssetKey]:
                   key=lambda k: k.to_user_string())
 
 
+def _assets_only(job: dg.JobDefinition, keys) -> dg.JobDefinition:
+    """`job` over `keys` without their asset checks: an in-process run is the work
+    itself (as `library ingest` has always run it); the checks, some of them a search
+    evaluation, are the daemon's runs' and the UI's to evaluate."""
+    return job.get_subset(asset_selection=set(keys), asset_check_selection=set())
+
+
 def execute(plan: RunPlan, instance: dg.DagsterInstance, *, settings: Settings | None = None,
             resources: Mapping[str, object] | None = None,
             on_run: Callable[[list[str]], None] | None = None) -> Launched:
@@ -174,16 +187,16 @@ def execute(plan: RunPlan, instance: dg.DagsterInstance, *, settings: Settings |
     defs = location(settings)
     register(plan, instance)
     job = defs.resolve_job_def(plan.job)
+    job = _assets_only(job, [dg.AssetKey(name) for name in plan.assets] if plan.assets
+                       else job.asset_layer.selected_asset_keys)
     run_config = {**QUIET_RUN_CONFIG, **(plan.run_config or {})}
-    selection = [dg.AssetKey(name) for name in plan.assets] if plan.assets else None
     launched = Launched()
     for keys in plan.runs:
         if on_run is not None:
             on_run(keys)
         result = job.execute_in_process(run_config=run_config, instance=instance,
                                         partition_key=keys[0] if len(keys) == 1 else None,
-                                        tags=run_tags(plan, keys), asset_selection=selection,
-                                        resources=resources, raise_on_error=False)
+                                        tags=run_tags(plan, keys), resources=resources, raise_on_error=False)
         launched.runs += 1
         launched.run_ids.append(result.run_id)
         if not result.success:
@@ -200,9 +213,8 @@ def follow_up(plan: RunPlan, instance: dg.DagsterInstance, launched: Launched,
     keys = follow_ups(defs, plan.job)
     if not keys:
         return
-    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
-        run_config=QUIET_RUN_CONFIG, instance=instance, asset_selection=keys, tags={REASON_TAG: plan.reason},
-        raise_on_error=False)
+    result = _assets_only(defs.resolve_implicit_global_asset_job_def(), keys).execute_in_process(
+        run_config=QUIET_RUN_CONFIG, instance=instance, tags={REASON_TAG: plan.reason}, raise_on_error=False)
     launched.runs += 1
     launched.run_ids.append(result.run_id)
     if not result.success:
@@ -248,7 +260,7 @@ def _selected(root: Path, files: dict[str, Path], relpaths: list[str]) -> dict[s
     return selected
 
 
-def library_changes(db: Database, partitions: list[str], *, cursor: dict[str, str] | None = None,
+def library_changes(db: Database, instance: dg.DagsterInstance, *, cursor: dict[str, str] | None = None,
                     relpaths: list[str] | None = None) -> LibraryChanges:
     """What to ingest. With a `cursor` (the folder sensor's: what it already
     requested), the files whose size or mtime differ from it and from their ingested
@@ -278,6 +290,7 @@ def library_changes(db: Database, partitions: list[str], *, cursor: dict[str, st
     else:
         selected, gone = _selected(root, files, relpaths), []
     keys = register_files(db, selected) if selected else {}
+    partitions = instance.get_dynamic_partitions(LIBRARY_FILES)
     existing = set(partitions)
     new = [k for k in dict.fromkeys(keys.values()) if k not in existing]
     changed = [k for k in keys.values() if k in existing]
@@ -344,8 +357,9 @@ def vault_plan(applied: AppliedSync, commit: str, trigger: str, partitions: list
 
 # -- enrich: the files summary trees and the graph cover --------------------------------
 
-def enrich_keys(partitions: list[str], db: Database | None = None) -> list[str]:
+def enrich_keys(instance: dg.DagsterInstance, db: Database | None = None) -> list[str]:
     """The library partitions to enrich, in order: every one, or with `db` the ingested ones."""
+    partitions = instance.get_dynamic_partitions(LIBRARY_FILES)
     if db is None:
         return list(partitions)
     with db.connect() as conn:

@@ -19,7 +19,6 @@ import time
 import dagster as dg
 
 from library_pipeline import launch
-from library_pipeline.dagster_home import prepare_dagster_home
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import EmbedderResource
 from library_pipeline.vault.sync import apply_plan, plan_sync, set_runs, synced_commit
@@ -47,7 +46,7 @@ def run_sync(db: Database, vault: VaultResource | None = None, *, full: bool = F
             return {"sync_id": None, "head": plan.head, "mode": "noop", "files_processed": 0, "chunks_indexed": 0,
                     "failed": 0, "failures": [], "skipped": {}, "seconds": time.perf_counter() - started}
         applied = apply_plan(db, plan, trigger)
-        instance = instance or prepare_dagster_home(db).instance()
+        instance = instance or launch.open_instance(db)
         runs = launch.vault_plan(applied, plan.head, trigger, instance.get_dynamic_partitions(launch.VAULT_NOTES),
                                  batch=batch)
         set_runs(db, applied.sync_id, len(runs.runs))

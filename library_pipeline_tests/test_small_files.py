@@ -175,7 +175,7 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
         return plan, [r.passage_id for r in found.results]
 
     with dg.DagsterInstance.ephemeral() as instance:
-        changes = launch.library_changes(db, [])
+        changes = launch.library_changes(db, instance)
         plan = launch.ingest_plan(changes, "test")
         launch.register(plan, instance)
         order = instance.get_dynamic_partitions(launch.LIBRARY_FILES)

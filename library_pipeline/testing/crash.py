@@ -22,6 +22,7 @@ Kill points:
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -115,6 +116,9 @@ def serve_zygote() -> None:
     import dagster  # noqa: F401  (imported before fork so children start warm)
 
     import library_pipeline.ingest_runner  # noqa: F401
+    # the code location's modules, which each child's in-process run builds its job from
+    for domain in ("enrich", "eval", "ingest", "memory", "ops", "vault"):
+        importlib.import_module(f"library_pipeline.defs.{domain}")
     import torch
 
     from serving.embedding import load_embedder

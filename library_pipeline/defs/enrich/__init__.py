@@ -5,10 +5,9 @@ library_pipeline/definitions.py; it needs `library_db`, `embedder` and `llm`
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
 from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed, raptor_trees_current
-from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline import launch
 from library_pipeline.run_plan import ENRICH_LANE
 
 enrich_job = dg.define_asset_job(
@@ -34,7 +33,7 @@ enrich_automation = dg.AutomationConditionSensorDefinition(
              description=f"Nightly: rebuild stale summary trees and extract up to {NIGHTLY_BUDGET} more passages "
                          "into the graph (resuming where the last run stopped), as one range run.")
 def enrich_nightly(context: dg.ScheduleEvaluationContext):
-    keys = launch.enrich_keys(context.instance.get_dynamic_partitions(library_files_partitions.name))
+    keys = launch.enrich_keys(context.instance)
     if not keys:
         return dg.SkipReason("no library files registered yet")
     budget = {"ops": {"knowledge_graph": {"config": {"budget": NIGHTLY_BUDGET}}}}

@@ -18,7 +18,6 @@ import dagster as dg
 
 from library_pipeline import launch
 from library_pipeline.defs.ingest.assets import ingest_job
-from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline.run_plan import MAX_SINGLE_REQUESTS, RANGE_SIZE
 
@@ -40,9 +39,7 @@ def plan_runs(new_keys: list[str], changed_keys: list[str], key_order: list[str]
 )
 def library_folder_sensor(context: dg.SensorEvaluationContext, library_db: LibraryDatabase) -> dg.SensorResult:
     cursor: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    changes = launch.library_changes(library_db.get(),
-                                     context.instance.get_dynamic_partitions(library_files_partitions.name),
-                                     cursor=cursor)
+    changes = launch.library_changes(library_db.get(), context.instance, cursor=cursor)
     gone = len([rel for rel in cursor if rel not in changes.cursor])
     if changes.new or changes.changed or gone:
         context.log.info(f"library folder: {len(changes.new)} new, {len(changes.changed)} changed, "
