@@ -55,3 +55,30 @@ def test_cli_spans_join_keys_up_to_three_apart():
     assert contiguous_spans(["k0001", "k0004", "k0009"], ORDER, 50) == [["k0001", "k0002", "k0003", "k0004"],
                                                                        ["k0009"]]
     assert [len(s) for s in contiguous_spans(ORDER[:120], ORDER, 50)] == [50, 50, 20]
+
+
+def test_every_run_carries_its_partition_reason_and_lane_once():
+    from library_pipeline import launch
+    from library_pipeline.run_plan import ENRICH_LANE
+
+    plan = launch.enrich_plan(ORDER[:3], "nightly")
+    assert launch.run_tags(plan, ORDER[:3]) == {RANGE_START_TAG: "k0000", RANGE_END_TAG: "k0002",
+                                                "library/reason": "nightly", **ENRICH_LANE}
+    assert launch.run_tags(plan, ["k0007"]) == {"dagster/partition": "k0007", "library/reason": "nightly",
+                                                **ENRICH_LANE}
+    (request,) = launch.run_requests(plan)
+    assert request.run_key is None and request.job_name == "enrich_files"
+    assert request.tags == launch.run_tags(plan, ORDER[:3])
+
+
+def test_in_process_runs_are_followed_by_what_automation_runs_after_the_job(tmp_path):
+    """`library ingest` and `library vault sync` refresh the corpus statistics and the
+    first vector indexes because the daemon's automation would: taken from the location."""
+    from library_pipeline import launch
+    from library_pipeline.definitions import build_definitions
+    from serving.settings import Settings
+
+    defs = build_definitions(Settings(library_dir=tmp_path / "library", home=tmp_path / "home"))
+    for job in (launch.INGEST_JOB, launch.VAULT_JOB):
+        assert [k.to_user_string() for k in launch.follow_ups(defs, job)] == ["lexeme_df", "vector_indexes"]
+    assert launch.follow_ups(defs, launch.ENRICH_JOB) == []
