@@ -4,7 +4,8 @@ Every caller that starts work (the folder and git-push sensors, the reconcile an
 nightly schedules, `library ingest`, `library vault sync`, `library graph build`, the
 celery launcher) does two things here:
 
-1. asks its domain what changed (`library_changes`, `vault_changes`, `enrich_keys`)
+1. asks its domain what changed (`library_changes`, `vault_plan` over a sync the vault
+   domain applied, `enrich_keys`)
    and turns the answer into a `RunPlan`: a job of the code location, the partitions
    of each run, the reason, the lane;
 2. hands the plan on: `sensor_result` / `run_requests` in a sensor or schedule (the
@@ -19,15 +20,16 @@ daemon's automation does after an ingest (the corpus statistics and first vector
 indexes: the eager, unpartitioned assets downstream of the job) `execute` does right
 after the plan's runs, so no caller refreshes anything itself.
 
-This module imports the domain logic and run_plan only; the definitions (which import
-the sensors, which import this module) are loaded when a plan executes in-process.
+This module imports the domain logic, run_plan and dagster_home only; the definitions
+(which import the sensors, which import this module, and take the job, partition and
+sensor names below) are loaded when a plan executes in-process.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,8 +180,7 @@ def _assets_only(job: dg.JobDefinition, keys) -> dg.JobDefinition:
 
 
 def execute(plan: RunPlan, instance: dg.DagsterInstance, *, settings: Settings | None = None,
-            resources: Mapping[str, object] | None = None,
-            on_run: Callable[[list[str]], None] | None = None) -> Launched:
+            resources: Mapping[str, object] | None = None) -> Launched:
     """Run `plan` in this process, one run after the other, recorded in `instance`
     (the runs show in the UI), then the job's automation follow-ups when anything
     ran or changed. `settings` names the library (default: this process's); `resources`
@@ -192,8 +193,6 @@ def execute(plan: RunPlan, instance: dg.DagsterInstance, *, settings: Settings |
     run_config = {**QUIET_RUN_CONFIG, **(plan.run_config or {})}
     launched = Launched()
     for keys in plan.runs:
-        if on_run is not None:
-            on_run(keys)
         result = job.execute_in_process(run_config=run_config, instance=instance,
                                         partition_key=keys[0] if len(keys) == 1 else None,
                                         tags=run_tags(plan, keys), resources=resources, raise_on_error=False)

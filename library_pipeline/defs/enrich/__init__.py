@@ -11,7 +11,7 @@ from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_cl
 from library_pipeline.run_plan import ENRICH_LANE
 
 enrich_job = dg.define_asset_job(
-    "enrich_files", selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_LANE,
+    launch.ENRICH_JOB, selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_LANE,
     description="RAPTOR trees (unchanged files skip) and a budgeted knowledge-graph pass over library files.")
 
 NIGHTLY_BUDGET = 5000  # passages per night: ~1 min of English extraction idle, ~2.5 min loaded (docs/enrichment.md)

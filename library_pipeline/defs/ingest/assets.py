@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.ingest.batching import embed_groups, batched_writer, prefetch
 from library_pipeline.documents import StepResult, record_failure_by_key
@@ -229,7 +230,7 @@ def passages_use_current_model(library_db: LibraryDatabase, embedder: EmbedderRe
 
 
 ingest_job = dg.define_asset_job(
-    "ingest_files",
+    launch.INGEST_JOB,
     selection=dg.AssetSelection.assets(extracted_text, chunks, embeddings),
     description="Extract, chunk and embed library files (one partition per file; ranges run as one run).",
 )

@@ -10,6 +10,7 @@ in serving.lexemes (the read side owns what it ranks on)."""
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.defs.ingest.assets import OWNERS, embeddings
 from library_pipeline.resources import LibraryDatabase
 from serving.lexemes import refresh_lexeme_df
@@ -52,7 +53,7 @@ def lexeme_df_fresh(library_db: LibraryDatabase) -> dg.AssetCheckResult:
 
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
-    "library_automation",
+    launch.AUTOMATION_SENSOR,
     # the enrich group has its own sensor, whose runs carry the enrich lane's tag
     target=dg.AssetSelection.all() - dg.AssetSelection.groups("enrich"),
     default_status=dg.DefaultSensorStatus.RUNNING,

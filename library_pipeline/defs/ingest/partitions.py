@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.ingest.extract.common import SUPPORTED_SUFFIXES
 from library_pipeline.ingest.files import display_path, fs_path, is_candidate, scan_library
 from library_pipeline.run_plan import partition_key_for
@@ -13,4 +14,4 @@ from library_pipeline.run_plan import partition_key_for
 __all__ = ["SUPPORTED_SUFFIXES", "display_path", "fs_path", "is_candidate", "library_files_partitions",
            "partition_key_for", "scan_library"]
 
-library_files_partitions = dg.DynamicPartitionsDefinition(name="library_files")
+library_files_partitions = dg.DynamicPartitionsDefinition(name=launch.LIBRARY_FILES)

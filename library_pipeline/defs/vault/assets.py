@@ -13,6 +13,7 @@ import time
 
 import dagster as dg
 
+from library_pipeline import launch
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.documents import StepResult
@@ -131,7 +132,7 @@ def vault_freshness(vault: VaultResource, library_db: LibraryDatabase) -> dg.Ass
 
 
 vault_job = dg.define_asset_job(
-    "vault_sync",
+    launch.VAULT_JOB,
     selection=dg.AssetSelection.assets(vault_note_sections),
     description="Index vault notes (one partition per note; the git-push sensor requests them).",
 )

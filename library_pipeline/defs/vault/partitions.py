@@ -4,4 +4,6 @@ real path is in `documents.path`."""
 
 import dagster as dg
 
-vault_notes_partitions = dg.DynamicPartitionsDefinition(name="vault_notes")
+from library_pipeline import launch
+
+vault_notes_partitions = dg.DynamicPartitionsDefinition(name=launch.VAULT_NOTES)
