@@ -28,7 +28,6 @@ sensor names below) are loaded when a plan executes in-process.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +50,6 @@ from library_pipeline.run_plan import (
 from library_pipeline.vault.sync import AppliedSync
 from serving.db import Database
 from serving.settings import Settings
-
-log = logging.getLogger(__name__)
 
 REASON_TAG = "library/reason"
 PARTITION_TAG = "dagster/partition"
