@@ -4,8 +4,7 @@ Every caller that starts work (the folder and git-push sensors, the reconcile an
 nightly schedules, `library ingest`, `library vault sync`, `library graph build`, the
 celery launcher) does two things here:
 
-1. asks its domain what changed (`library_changes`, `vault_plan` over a sync the vault
-   domain applied, `enrich_keys`)
+1. asks its domain what changed (`library_changes`, `vault_changes`, `enrich_keys`)
    and turns the answer into a `RunPlan`: a job of the code location, the partitions
    of each run, the reason, the lane;
 2. hands the plan on: `sensor_result` / `run_requests` in a sensor or schedule (the
@@ -47,7 +46,7 @@ from library_pipeline.run_plan import (
     plan_ranges,
     range_tags,
 )
-from library_pipeline.vault.sync import AppliedSync
+from library_pipeline.vault.sync import AppliedSync, SyncPlan, apply_plan, set_runs
 from serving.db import Database
 from serving.settings import Settings
 
@@ -328,6 +327,17 @@ def cursor_text(changes: LibraryChanges) -> str:
 
 
 # -- vault: what a sync changed -------------------------------------------------------
+
+def vault_changes(db: Database, sync: SyncPlan, trigger: str, instance: dg.DagsterInstance, *,
+                  batch: int | None = None) -> tuple[AppliedSync, RunPlan]:
+    """A sync the vault domain planned (`plan_sync`: the git-push sensor from its cursor,
+    `library vault sync` from the last synced commit), applied to the documents rows and
+    turned into runs (`vault_plan`); the sync records how many runs it waits for."""
+    applied = apply_plan(db, sync, trigger)
+    runs = vault_plan(applied, sync.head, trigger, instance.get_dynamic_partitions(VAULT_NOTES), batch=batch)
+    set_runs(db, applied.sync_id, len(runs.runs))
+    return applied, runs
+
 
 def vault_plan(applied: AppliedSync, commit: str, trigger: str, partitions: list[str], *,
                batch: int | None = None) -> RunPlan:

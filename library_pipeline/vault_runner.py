@@ -21,7 +21,7 @@ import dagster as dg
 from library_pipeline import launch
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import EmbedderResource
-from library_pipeline.vault.sync import apply_plan, plan_sync, set_runs, synced_commit
+from library_pipeline.vault.sync import plan_sync, synced_commit
 from serving.db import Database
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,8 @@ def run_sync(db: Database, vault: VaultResource | None = None, *, full: bool = F
         if plan.mode == "incremental" and plan.base == plan.head:
             return {"sync_id": None, "head": plan.head, "mode": "noop", "files_processed": 0, "chunks_indexed": 0,
                     "failed": 0, "failures": [], "skipped": {}, "seconds": time.perf_counter() - started}
-        applied = apply_plan(db, plan, trigger)
         instance = instance or launch.open_instance(db)
-        runs = launch.vault_plan(applied, plan.head, trigger, instance.get_dynamic_partitions(launch.VAULT_NOTES),
-                                 batch=batch)
-        set_runs(db, applied.sync_id, len(runs.runs))
+        applied, runs = launch.vault_changes(db, plan, trigger, instance, batch=batch)
         # the vault the caller names (--repo, --branch), and a caller's embedder, replace the bound ones
         resources = {"vault": vault, **({"embedder": embedder} if embedder is not None else {})}
         launched = launch.execute(runs, instance, settings=db.settings, resources=resources)

@@ -25,18 +25,15 @@ import dagster as dg
 
 from library_pipeline import launch
 from library_pipeline.defs.vault.assets import vault_job
-from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline.vault.git import GitError
 from library_pipeline.vault.sync import (
     AppliedSync,
     abandon_sync,
-    apply_plan,
     latest_requested_commit,
     open_sync,
     plan_sync,
-    set_runs,
     synced_commit,
 )
 
@@ -105,10 +102,7 @@ def vault_push_sensor(context: dg.SensorEvaluationContext, library_db: LibraryDa
                 and repo.is_ancestor(base, elsewhere)):
             base = elsewhere  # the hook / CLI already requested up to there
         plan = plan_sync(db, repo, branch, base)
-    applied = apply_plan(db, plan, "sensor")
-    partitions = context.instance.get_dynamic_partitions(vault_notes_partitions.name)
-    runs = launch.vault_plan(applied, head, "sensor", partitions)
-    set_runs(db, applied.sync_id, len(runs.runs))
+    applied, runs = launch.vault_changes(db, plan, "sensor", context.instance)
     context.log.info(
         f"vault {plan.mode} sync {applied.sync_id} {(plan.base or '-')[:12]}..{head[:12]}"
         f"{' (' + plan.reason + ')' if plan.reason else ''}: {len(applied.keys)} to index, "
