@@ -160,6 +160,33 @@ def write_locomo(folder):
     return folder
 
 
+def test_a_long_records_passages_are_read_with_their_neighbours(conn, embedder):
+    """A long memory is chunked like a document, and each of its passages is scored by BM25
+    with the record's neighbouring passages (the calibrated fusion's context), never with
+    another record's."""
+    from serving.search.calibration import pool_bm25
+
+    filler = " ".join(f"the survey crew logged tide gauge {i} at the harbour wall" for i in range(60))
+    report = "Zeppelin hangar inspection notes. " + filler + " " + filler + " Final remark about the ferry."
+    rid = index_memory(conn, embedder, ME, artifact_id="long-report", content=report).record["id"]
+    other = index_memory(conn, embedder, ME, artifact_id="short", content="Zeppelin museum tickets, two adults."
+                         ).record["id"]
+    rows = conn.execute("SELECT id, memory_id, ordinal, content FROM passages WHERE memory_id = ANY(%s) "
+                        "ORDER BY memory_id, ordinal", ([rid, other],)).fetchall()
+    chunks = [(pid, text) for pid, mid, _, text in rows if mid == rid]
+    assert len(chunks) >= 3
+    assert "zeppelin" in chunks[0][1].lower() and "zeppelin" not in chunks[1][1].lower()
+    avg = conn.execute("SELECT avg(length(tsv)) FROM passages WHERE memory_id = ANY(%s)", ([rid, other],)).fetchone()[0]
+    ids = [pid for pid, _ in chunks] + [pid for pid, mid, _, _ in rows if mid == other]
+    own, window = pool_bm25(conn, ids, [("english", "zeppelin", 2.0, float(avg))], 1.2, 0.75, 1)
+    first, second, third = (pid for pid, _ in chunks[:3])
+    assert own.get(first, 0) > 0 and own.get(second, 0) == 0
+    assert window[second] > 0          # its neighbour before holds the word
+    assert third not in window          # two passages away: outside a window of 1
+    short = next(pid for pid, mid, _, _ in rows if mid == other)
+    assert window[short] == pytest.approx(own[short])  # a one-passage record is its own window
+
+
 def test_eval_memory_command_writes_both_units(tmp_path, make_db):
     from library_pipeline.eval.cli import eval_app
 

@@ -188,6 +188,7 @@ def memory(
                                                       "set (for a search-side change; loading takes minutes)."),
     dsn: str = typer.Option(None, "--dsn", help="Database to load into (default: library_eval_locomo on the "
                                                 "embedded server, or LIBRARY_EVAL_DSN). Never the library itself."),
+    clients: int = typer.Option(5, "--clients", min=1, help="Agents indexing at once (one conversation each)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Agent memory on a LoCoMo-shaped conversation set: every conversation one agent, every turn
@@ -205,9 +206,13 @@ def memory(
     except (ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from None
     embedder = _embedder()
+    # index and search as the server runs them: one torch thread per call (serving/threads.py)
+    from serving.threads import limit_torch_threads
+
+    limit_torch_threads()
     result = run_locomo_eval(None, embedder, lset, dsn=dsn, dense_models=_dense_models(embedder, anchors),
                              sessions=sessions, cache_dir=_cache_dir(), progress=progress, reuse=reuse,
-                             thread_share=0.0 if alone else None)
+                             thread_share=0.0 if alone else None, clients=clients)
     out = out or Path(f"eval-memory-{lset.name}")
     md, js, png = (out.with_name(out.name + ext) for ext in (".md", ".json", ".png"))
     table = markdown(result)

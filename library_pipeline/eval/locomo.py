@@ -30,8 +30,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +57,7 @@ TOP_K = 10
 TURN_MEASURES = {"recall@5": R @ 5, "recall@10": R @ 10}
 SESSION_MEASURES = {"R@5": R @ 5, "MRR": RR @ 10}
 SESSIONS_AGENT = "locomo-sessions"
+CLIENTS = 5   # agents indexing at once: one per conversation of the dev half
 # the agents' memory configuration, unlogged: eval questions are not real use
 EVAL_CONFIG = dataclasses.replace(MEMORY_SEARCH_CONFIG, log_queries=False, label="memory-locomo")
 
@@ -149,24 +152,39 @@ def reset_memories(conn: psycopg.Connection) -> None:
     conn.commit()
 
 
-def load_turns(conn: psycopg.Connection, embedder: Embedder, lset: LocomoSet, *,
+def load_turns(db: Database, embedder: Embedder, lset: LocomoSet, *, clients: int = 1,
                tick: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Every turn one record of its conversation's agent, in conversation order."""
+    """Every turn one record of its conversation's agent, in conversation order; `clients`
+    agents write at once (one conversation each at a time, each on its own connection), as
+    agents beside one server do."""
     started = time.perf_counter()
     statuses: dict[str, int] = {}
-    for conv, turns in lset.turns.items():
+    embed_ms: list[float] = []
+    write_ms: list[float] = []
+    lock = threading.Lock()
+
+    def agent(conv: str) -> None:
         viewer = Viewer(agent=conv)
-        for t in turns:
-            r = index_memory(conn, embedder, viewer, artifact_id=t["id"], content=t["content"], scope="self",
-                             meta=turn_meta(t))
-            conn.commit()
-            statuses[r.status] = statuses.get(r.status, 0) + 1
-            if tick:
-                tick()
+        with db.connect() as conn:
+            for t in lset.turns[conv]:
+                r = index_memory(conn, embedder, viewer, artifact_id=t["id"], content=t["content"], scope="self",
+                                 meta=turn_meta(t))
+                conn.commit()
+                with lock:
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+                    embed_ms.append((r.timings or {}).get("embed", 0.0))
+                    write_ms.append((r.timings or {}).get("write", 0.0))
+                    if tick:
+                        tick()
+
+    with ThreadPoolExecutor(max_workers=max(1, clients)) as pool:
+        for done in [pool.submit(agent, conv) for conv in lset.turns]:
+            done.result()
     seconds = time.perf_counter() - started
     n = sum(statuses.values())
-    return {"records": n, "statuses": statuses, "seconds": round(seconds, 1),
-            "records_per_s": round(n / seconds, 1) if seconds else 0.0}
+    return {"records": n, "statuses": statuses, "seconds": round(seconds, 1), "clients": clients,
+            "records_per_s": round(n / seconds, 1) if seconds else 0.0,
+            "embed_p50_ms": percentile(embed_ms, 0.5), "write_p50_ms": percentile(write_ms, 0.5)}
 
 
 def load_sessions(conn: psycopg.Connection, embedder: Embedder, notes: dict[str, str]) -> dict[str, Any]:
@@ -304,12 +322,12 @@ def loaded_as(conn: psycopg.Connection, lset: LocomoSet, sessions: bool) -> bool
 
 def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_models: list | None = None,
                     sessions: bool = True, config: SearchConfig | None = None, cache_dir: Path | None = None,
-                    progress: bool = False, reuse: bool = False, thread_share: float | None = None
-                    ) -> LocomoResult:
+                    progress: bool = False, reuse: bool = False, thread_share: float | None = None,
+                    clients: int = CLIENTS) -> LocomoResult:
     """Load `lset` into `db` (emptied first) through index_memory, ask every question through
     search_memory, score it beside the anchors; and the session unit when `sessions`.
     `reuse`: keep what an earlier run loaded when it is this set (a search-side change
-    needs no reload; loading the dev half takes minutes)."""
+    needs no reload; loading the dev half takes minutes). `clients`: agents indexing at once."""
     from tqdm import tqdm
 
     timings: dict[str, Any] = {}
@@ -321,7 +339,7 @@ def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_
             reset_memories(conn)
             total = sum(len(t) for t in lset.turns.values())
             with tqdm(total=total, desc="index turns", unit="rec", disable=not progress) as bar:
-                timings["index"] = load_turns(conn, embedder, lset, tick=lambda: bar.update(1))
+                timings["index"] = load_turns(db, embedder, lset, clients=clients, tick=lambda: bar.update(1))
             if sessions:
                 timings["index_sessions"] = load_sessions(conn, embedder, session_notes(lset))
             # the steady state of a live library, where the lexeme_df asset has run since

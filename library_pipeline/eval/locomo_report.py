@@ -45,7 +45,8 @@ def markdown(result: LocomoResult) -> str:
     if search:
         out += f"\nmemory_search p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms"
         if index.get("records_per_s"):
-            out += f"; index_memory {index['records']} records in {index['seconds']} s ({index['records_per_s']}/s)"
+            out += (f"; index_memory {index['records']} records in {index['seconds']} s "
+                    f"({index['records_per_s']}/s, {index.get('clients', 1)} agents at once)")
         out += ".\n"
     s = result.sessions
     if s:

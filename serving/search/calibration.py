@@ -170,7 +170,8 @@ def bm25_terms(trace: list[dict]) -> list[tuple[str, str, float, float]]:
 
 
 # BM25 of the query's terms in each pool passage (`own`) and in the window of its document's
-# passages within `window` ordinals of it (`ctx`: term counts and lengths summed over the
+# (or its memory record's: a long report is chunked like a document) passages within
+# `window` ordinals of it (`ctx`: term counts and lengths summed over the
 # window, against `window`-wide average length), from their own tsvectors - the keyword
 # lane's sum, exact (the lane reads a common term's postings only down to a bound). Each
 # window passage's tsvector is unnested once, kept to the query's lexemes, then joined to
@@ -179,11 +180,14 @@ def bm25_terms(trace: list[dict]) -> list[tuple[str, str, float, float]]:
 _POOL_BM25 = (
     "WITH q AS (SELECT * FROM unnest(%(tcfg)s::regconfig[], %(tlex)s::text[], %(tidf)s::float8[], "
     "                                %(tavg)s::float8[]) AS q(c, lexeme, idf, avgdl)), "
-    "pool AS (SELECT id, document_id, ordinal, tsv, ts_config FROM passages WHERE id = ANY(%(ids)s)), "
+    "pool AS (SELECT id, document_id, memory_id, ordinal, tsv, ts_config FROM passages WHERE id = ANY(%(ids)s)), "
     "win AS (SELECT pool.id AS pid, w.id AS wid, w.tsv, w.ts_config FROM pool JOIN passages w "
     "          ON w.document_id = pool.document_id AND w.summary_level = 0 "
     "         AND w.ordinal BETWEEN pool.ordinal - %(win)s AND pool.ordinal + %(win)s "
-    "        UNION ALL SELECT id, id, tsv, ts_config FROM pool WHERE document_id IS NULL), "
+    "        UNION ALL SELECT pool.id, w.id, w.tsv, w.ts_config FROM pool JOIN passages w "
+    "          ON pool.document_id IS NULL AND w.memory_id = pool.memory_id "
+    "         AND w.ordinal BETWEEN pool.ordinal - %(win)s AND pool.ordinal + %(win)s "
+    "        UNION ALL SELECT id, id, tsv, ts_config FROM pool WHERE document_id IS NULL AND memory_id IS NULL), "
     "len AS (SELECT pid, sum(length(tsv)) AS dl, count(*) AS n FROM win GROUP BY pid), "
     "lex AS MATERIALIZED (SELECT win.pid, win.wid, win.ts_config, length(win.tsv) AS dl, u.lexeme, "
     "                            coalesce(array_length(u.positions, 1), 1) AS n "
