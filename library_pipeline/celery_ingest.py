@@ -1,5 +1,6 @@
-"""Ingest through Dagster's celery executor: the run's steps go to a Redis queue
-and execute in `dagster-celery` worker processes, which share the run storage
+"""Ingest through Dagster's celery executor (~400 lines, one responsibility: a celery
+deployment's code location, its launcher and the failure handling below): the run's steps
+go to a Redis queue and execute in `dagster-celery` worker processes, which share the run storage
 (an external PostgreSQL, LIBRARY_DAGSTER_DSN) and the library database
 (LIBRARY_DB_DSN) with the process that launched the run.
 

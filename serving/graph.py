@@ -1,6 +1,7 @@
 """Knowledge-graph queries: the read path of the graph (the MCP tools in
 serving/graph_tools.py, library_entity / library_related / library_path /
-library_subgraph, and `library graph ...`).
+library_subgraph, and `library graph ...`). (~400 lines, one responsibility: the
+graph's reads, all over the same live-documents views.)
 
 Names go through the same SQL normalisation as the write path
 (kg_normalise_name in schema.sql), so a lookup finds what extraction stored.

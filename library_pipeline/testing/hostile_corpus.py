@@ -1,5 +1,6 @@
 """The hostile-file corpus: files built to break an ingest pipeline, laid among
-good files in a library folder (benchmarks/hostile_corpus.py writes it to a
+good files in a library folder (~400 lines, one responsibility: each case is a few lines
+of bytes and its expectation, kept together so a case reads whole) (benchmarks/hostile_corpus.py writes it to a
 folder; library_pipeline_tests/test_hostile_corpus.py ingests it).
 
 Everything is generated here (PyMuPDF, zipfile, plain bytes); nothing is

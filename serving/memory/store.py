@@ -1,9 +1,11 @@
-"""The Librarian's actions on agent memory: index, search, get, forget.
+"""The Librarian's actions on agent memory: index, search, get, forget. (~400 lines, one
+responsibility: the four actions share the visibility rules and record shape below.)
 
 Serving writes only what agents write (the pipeline derives the rest): a memory is stored, chunked,
 embedded and committed in one transaction, so it is searchable the moment
 `index_memory` returns. Everything derived later (near-duplicates, decay,
-promotion, retention) is the pipeline's (library_pipeline/defs/memory).
+promotion, retention) is the pipeline's (library_pipeline/memory, run by
+library_pipeline/defs/memory).
 
 Identity is a `Viewer` the transport resolved (HTTP token / stdio env / CLI);
 no function here takes an agent name from the request body. Every read has

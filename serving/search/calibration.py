@@ -1,5 +1,7 @@
 """Calibrated fusion: every candidate scored by every lane that can read it, each lane's
 score made comparable across queries, and one probability of relevance per candidate.
+(~400 lines, one responsibility: the evidence, the fitted models and the rule that joins
+them are read together when the models are refitted.)
 
 Why not min-max: it gives each lane's best hit 1.0 whatever its absolute similarity, so a
 weak best counts as much as a strong one, and a passage only one lane returned gets

@@ -1,4 +1,6 @@
 """search(): the one function agents (MCP), the CLI and the evaluation harness call.
+(~400 lines, one responsibility: the stages of one search in order; each lane, the
+fusion rules and the row loading live in their own modules.)
 
 Stage one runs the lanes (serving/search/registry.py: vector, multilingual, keyword,
 structure, title) and fuses them (by default calibrated fusion, one probability of
