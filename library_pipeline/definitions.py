@@ -17,7 +17,7 @@ import dagster as dg
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.settings import Settings, get_settings
 
-_built: dict[Settings | None, dg.Definitions] = {}
+_built: dict[Settings, dg.Definitions] = {}
 _lock = threading.Lock()
 
 
@@ -56,13 +56,17 @@ def build_definitions(settings: Settings | None = None, executor: dg.ExecutorDef
 
 
 def definitions_for(settings: Settings | None = None) -> dg.Definitions:
-    """The location's definitions: this process's (`defs`) when `settings` is None or
-    is this process's own, else built once for `settings` (a test's database, a
-    benchmark's library)."""
-    key = None if settings is None or settings == get_settings() else settings
+    """The location's definitions for `settings` (default: this process's own), built once
+    per distinct settings (a test's database, a benchmark's library). Keyed by the settings'
+    values, never by "this process's": the settings a process reads can change (the test
+    suite points one process at many databases), and definitions built for earlier ones
+    ran a CLI ingest against another database than the one its files were registered in."""
+    current = get_settings()
+    key = settings or current
     with _lock:
         if key not in _built:
-            _built[key] = build_definitions(key)
+            # this process's own: the external DSN bound as an EnvVar (build_resources)
+            _built[key] = build_definitions(None if key == current else key)
         return _built[key]
 
 
