@@ -381,7 +381,7 @@ def main() -> None:
                 subprocess.run([str(bindir / "pg_dump"), "-Fc", "-f", str(args.dump), db.dsn], check=True)
         keys = instance.get_dynamic_partitions(library_files_partitions.name)
         resources = {"library_db": LibraryDatabase.from_settings(settings),
-                     "embedder": EmbedderResource.from_settings(settings), "llm": GeneratorResource()}
+                     "embedder": EmbedderResource.from_settings(settings), "llm": GeneratorResource.from_settings(settings)}
         run_config = dict(QUIET_RUN_CONFIG)
         tags = {**range_tags(keys), **ENRICH_LANE}
         assets = [knowledge_graph] if args.restore else [raptor_tree, knowledge_graph]

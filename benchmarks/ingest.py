@@ -214,8 +214,8 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
     library_db = LibraryDatabase.from_settings(db.settings)
     resources = {"library_db": library_db, "embedder": EmbedderResource.from_settings(db.settings)}
     tick_started = time.perf_counter()
-    context = dg.build_sensor_context(instance=instance, resources={"library_db": library_db})
-    result = library_folder_sensor(context)
+    with dg.build_sensor_context(instance=instance, resources={"library_db": library_db}) as context:
+        result = library_folder_sensor(context)
     for request in result.dynamic_partitions_requests:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     tick = time.perf_counter() - tick_started

@@ -80,8 +80,8 @@ def bench_sensor_and_status(home: Path, n_files: int, n_materialized: int) -> di
     resources = {"library_db": LibraryDatabase.from_settings(settings)}
     with dagster_home.instance() as instance:
         def tick(cursor):
-            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
-            return library_folder_sensor(ctx)
+            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as ctx:
+                return library_folder_sensor(ctx)
 
         first, figures["sensor_first_tick_s"] = _timed(tick, None)
         figures["first_tick_run_requests"] = len(first.run_requests)

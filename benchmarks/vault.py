@@ -74,7 +74,7 @@ def full_reindex(tmp: Path, settings: Settings, n: int) -> dict:
     embedder.get()  # the one-time model load, outside the clock
     with dg.DagsterInstance.ephemeral() as instance:
         started = time.perf_counter()
-        summary = run_sync(db, VaultResource(repo=str(repo)), instance=instance, embedder=embedder)
+        summary = run_sync(db, VaultResource.from_settings(dataclasses.replace(settings, vault_repo=repo)), instance=instance, embedder=embedder)
         wall = time.perf_counter() - started
         metas = []
         for run in instance.get_runs():

@@ -14,7 +14,7 @@ import threading
 
 import dagster as dg
 
-from library_pipeline.resources import EmbedderResource, LibraryDatabase
+from library_pipeline.resources import EmbedderResource, LibraryDatabase, LibrarySettings
 from serving.settings import Settings, get_settings
 
 _built: dict[Settings, dg.Definitions] = {}
@@ -22,20 +22,22 @@ _lock = threading.Lock()
 
 
 def build_resources(settings: Settings | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Every resource of the location, from `settings` (default: this process's own)."""
+    """Every resource of the location, from `settings` (default: this process's own): the
+    one settings resource, and the resources that turn it into a database, an embedder,
+    a vault and a text generator, all holding that same instance."""
     from library_pipeline.defs.enrich.resources import GeneratorResource
     from library_pipeline.defs.vault.resources import VaultResource
 
-    # an external DSN goes to Dagster as an EnvVar only when the settings are this
-    # process's own (the variable then holds the same DSN); given settings bind values
-    from_environment = settings is None
-    settings = settings or get_settings()
+    # secrets go to Dagster as EnvVars only when the settings are this process's own
+    # (the variables then hold the same values); given settings bind values
+    config = (LibrarySettings.for_definitions(get_settings()) if settings is None
+              else LibrarySettings.from_settings(settings))
     return {
-        "library_db": (LibraryDatabase.for_definitions(settings) if from_environment
-                       else LibraryDatabase.from_settings(settings)),
-        "embedder": EmbedderResource.from_settings(settings),
-        "vault": VaultResource.from_settings(settings),
-        "llm": GeneratorResource.from_settings(settings),
+        "settings": config,
+        "library_db": LibraryDatabase(config=config),
+        "embedder": EmbedderResource(config=config),
+        "vault": VaultResource(config=config),
+        "llm": GeneratorResource(config=config),
     }
 
 

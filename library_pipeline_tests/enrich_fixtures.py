@@ -110,6 +110,16 @@ def pushkin_excerpt(shared: Path, target: Path, chars: int = 30000) -> Path:
     return target
 
 
+def llm_resource(db, backend: str, model: str, url: str, retries: int):
+    """The text-generation resource of `db`'s library pointed at another backend."""
+    import dataclasses
+
+    from library_pipeline.defs.enrich.resources import GeneratorResource
+
+    return GeneratorResource.from_settings(dataclasses.replace(
+        db.settings, llm_backend=backend, llm_model=model, llm_url=url, llm_retries=retries))
+
+
 def run_assets(db, instance, assets: list, keys: list[str], *, llm=None, run_config: dict | None = None):
     """Materialise enrich assets for a range of file partitions, as the nightly schedule does."""
     import dagster as dg
@@ -119,7 +129,7 @@ def run_assets(db, instance, assets: list, keys: list[str], *, llm=None, run_con
 
     resources = {"library_db": LibraryDatabase.from_settings(db.settings),
                  "embedder": EmbedderResource.from_settings(db.settings),
-                 "llm": llm or GeneratorResource()}
+                 "llm": llm or GeneratorResource.from_settings(db.settings)}
     tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
     return dg.materialize(assets, instance=instance, resources=resources, tags=tags,
                           run_config=run_config or {}, raise_on_error=False)

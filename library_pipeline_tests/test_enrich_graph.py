@@ -17,7 +17,7 @@ from library_pipeline.defs.enrich.assets import knowledge_graph
 from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed
 from library_pipeline.defs.enrich.resources import GeneratorResource
 from library_pipeline_tests.conftest import new_database
-from library_pipeline_tests.enrich_fixtures import (FakeOllama, instance, partition_keys,  # noqa: F401 (fixture)
+from library_pipeline_tests.enrich_fixtures import (FakeOllama, instance, llm_resource, partition_keys,  # noqa: F401 (fixture)
                                                     pushkin_excerpt, run_assets, sherlock_excerpt)
 from library_pipeline_tests.ingest_helpers import ingest, latest_metadata, write
 from serving import graph
@@ -129,7 +129,7 @@ def _resources(db):
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
     return {"library_db": LibraryDatabase.from_settings(db.settings),
-            "embedder": EmbedderResource.from_settings(db.settings), "llm": GeneratorResource()}
+            "embedder": EmbedderResource.from_settings(db.settings), "llm": GeneratorResource.from_settings(db.settings)}
 
 
 def test_paths_between_entities(library):
@@ -230,7 +230,7 @@ def test_llm_extraction_path_maps_labels_and_keeps_direction(server_db, tmp_path
     try:
         with dg.DagsterInstance.ephemeral() as inst:
             ingest(db, inst)
-            llm = GeneratorResource(backend="ollama", model="fake-chat", url=fake.url, retries=1)
+            llm = llm_resource(db, "ollama", "fake-chat", fake.url, retries=1)
             assert run_assets(db, inst, [knowledge_graph], partition_keys(db, ["small.txt"]), llm=llm).success
             assert latest_metadata(inst, "knowledge_graph")["extractor"] == "ollama:fake-chat"
     finally:

@@ -8,10 +8,9 @@ import re
 import pytest
 
 from library_pipeline.defs.enrich.assets import raptor_tree
-from library_pipeline.defs.enrich.resources import GeneratorResource
 from library_pipeline.enrich.raptor import MAX_CHARS, split_sentences
 from library_pipeline_tests.conftest import new_database
-from library_pipeline_tests.enrich_fixtures import (FakeOllama, first_sentences, instance,  # noqa: F401 (fixture)
+from library_pipeline_tests.enrich_fixtures import (FakeOllama, first_sentences, instance, llm_resource,  # noqa: F401 (fixture)
                                                     partition_keys, run_assets, sherlock_excerpt)
 from library_pipeline_tests.ingest_helpers import ingest, latest_metadata, write
 from serving.search.engine import search
@@ -106,7 +105,7 @@ def test_rebuild_skips_when_current_and_replaces_atomically_when_forced(library,
 def test_abstractive_path_through_an_ollama_backend(library, instance):
     fake = FakeOllama(answer=first_sentences).start()
     try:
-        llm = GeneratorResource(backend="ollama", model="fake-chat", url=fake.url, retries=1)
+        llm = llm_resource(library, "ollama", "fake-chat", fake.url, retries=1)
         key = partition_keys(library, [BOOK])
         assert run_assets(library, instance, [raptor_tree], key, llm=llm).success
     finally:
@@ -121,7 +120,7 @@ def test_abstractive_path_through_an_ollama_backend(library, instance):
 
 def test_backend_down_fails_the_file_and_keeps_the_old_tree(library, instance):
     before = _tree(library)
-    llm = GeneratorResource(backend="ollama", model="other-model", url="http://127.0.0.1:9", retries=0)
+    llm = llm_resource(library, "ollama", "other-model", "http://127.0.0.1:9", retries=0)
     result = run_assets(library, instance, [raptor_tree], partition_keys(library, [BOOK]), llm=llm)
     assert not result.success  # a single-file run that fails shows red, with the reason
     assert _tree(library) == before

@@ -245,9 +245,7 @@ def _query_set(tmp_path: Path) -> Path:
 def _resources(db):
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
-    return (LibraryDatabase(library_dir=str(db.settings.library_dir), home=str(db.settings.home),
-                            dsn=db.settings.db_dsn),
-            EmbedderResource())
+    return LibraryDatabase.from_settings(db.settings), EmbedderResource.from_settings(db.settings)
 
 
 def test_retrieval_check_passes_then_fails_with_lanes_disabled(tiny_index, tmp_path):

@@ -6,6 +6,7 @@ LoCoMo-shaped folder written here (the research data itself is never read by tes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -237,7 +238,7 @@ def test_locomo_check_skips_without_data_and_runs_with_it(db, tmp_path, monkeypa
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
     resources = {"library_db": LibraryDatabase.from_settings(db.settings),
-                 "embedder": EmbedderResource(backend="minilm"), "memory_clock": MemoryClock()}
+                 "embedder": EmbedderResource.from_settings(db.settings), "memory_clock": MemoryClock()}
     monkeypatch.delenv("LIBRARY_EVAL_LOCOMO", raising=False)
     skipped = dg.materialize([memory_retention, memory_locomo_recall], resources=resources)
     evaluation = skipped.get_asset_check_evaluations()[0]
@@ -249,7 +250,8 @@ def test_locomo_check_skips_without_data_and_runs_with_it(db, tmp_path, monkeypa
     for name in ("turns.jsonl", "questions.jsonl"):
         path = folder / name
         path.write_text(path.read_text(encoding="utf-8").replace('"c1"', '"conv-26"'), encoding="utf-8")
-    monkeypatch.setenv("LIBRARY_EVAL_LOCOMO", str(folder))
+    settings = dataclasses.replace(db.settings, locomo_dir=str(folder))
+    resources |= {"library_db": LibraryDatabase.from_settings(settings), "embedder": EmbedderResource.from_settings(settings)}
     ran = dg.materialize([memory_retention, memory_locomo_recall], resources=resources)
     evaluation = ran.get_asset_check_evaluations()[0]
     meta = {k: v.value for k, v in evaluation.metadata.items()}

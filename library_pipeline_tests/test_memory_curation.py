@@ -14,6 +14,7 @@ from library_pipeline.defs.memory.assets import (MEMORY_ASSETS, MemoryClock, mem
 from library_pipeline.memory import curation
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline_tests.search_fixtures import create_database
+from serving.settings import Settings
 from serving.memory import Viewer, get_memory, index_memory, search_memory
 
 A = Viewer("Agent-Scout", "marketing")
@@ -28,8 +29,7 @@ def mdb(server_db):
 
 
 def _resources(mdb, **clock):
-    return {"library_db": LibraryDatabase(library_dir=str(mdb.settings.library_dir), home=str(mdb.settings.home),
-                                          dsn=mdb.settings.db_dsn),
+    return {"library_db": LibraryDatabase.from_settings(mdb.settings),
             "memory_clock": MemoryClock(**clock)}
 
 
@@ -51,8 +51,8 @@ def _ids(res) -> list[int]:
 
 def test_definitions_are_loadable(tmp_path):
     # library_db comes from library_pipeline/definitions.py when these defs are merged
-    defs = dg.Definitions.merge(memory_defs, dg.Definitions(resources={"library_db": LibraryDatabase(
-        library_dir=str(tmp_path), home=str(tmp_path))}))
+    defs = dg.Definitions.merge(memory_defs, dg.Definitions(resources={"library_db": LibraryDatabase.from_settings(
+        Settings(library_dir=tmp_path, home=tmp_path))}))
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert keys == {"memory_near_duplicates", "memory_decay", "memory_promotion", "memory_retention"}
     assert defs.resolve_schedule_def("memory_daily").cron_schedule == "30 3 * * *"

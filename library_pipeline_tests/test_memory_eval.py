@@ -35,7 +35,7 @@ def test_shipped_set_is_rebuilt_from_test_data(test_data):
 
 def test_precision_check_passes_and_can_fail(db, embedder, tmp_path):
     resources = {"library_db": LibraryDatabase.from_settings(db.settings),
-                 "embedder": EmbedderResource(backend="minilm"), "memory_clock": MemoryClock()}
+                 "embedder": EmbedderResource.from_settings(db.settings), "memory_clock": MemoryClock()}
     result = dg.materialize([memory_retention, memory_search_precision], resources=resources)
     evaluation = result.get_asset_check_evaluations()[0]
     meta = {k: v.value for k, v in evaluation.metadata.items()}

@@ -8,6 +8,7 @@ real-set` builds a PII-light query set from those rows."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import dagster as dg
@@ -93,8 +94,10 @@ def test_retention_asset_prunes_old_rows(logged, monkeypatch):
     with db.connect() as conn:
         conn.execute("UPDATE search_log SET at = now() - interval '40 days' WHERE kind = 'library'")
         conn.commit()
-    monkeypatch.setenv("LIBRARY_QUERY_LOG_DAYS", "30")
-    result = dg.materialize([query_log_retention], resources={"library_db": LibraryDatabase.from_settings(db.settings)})
+    # the resource's settings decide, not the environment the run's process happens to have
+    monkeypatch.setenv("LIBRARY_QUERY_LOG_DAYS", "5")
+    settings = dataclasses.replace(db.settings, query_log_days=30)
+    result = dg.materialize([query_log_retention], resources={"library_db": LibraryDatabase.from_settings(settings)})
     meta = result.asset_materializations_for_node("query_log_retention")[0].metadata
     assert meta["deleted"].value == 1 and meta["kept"].value == 1 and meta["retention_days"].value == 30
     assert [r["kind"] for r in _rows(db)] == ["memory"]

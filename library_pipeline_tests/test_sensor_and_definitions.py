@@ -26,9 +26,9 @@ def instance():
 
 
 def tick(instance, db, cursor=None) -> dg.SensorResult:
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor,
-                                  resources={"library_db": LibraryDatabase.from_settings(db.settings)})
-    return library_folder_sensor(ctx)
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources={"library_db": LibraryDatabase.from_settings(db.settings)}) as ctx:
+        return library_folder_sensor(ctx)
 
 
 def test_first_tick_batches_new_files_into_range_runs(make_db, instance):

@@ -17,12 +17,13 @@ def test_the_code_location_shows_the_dsn_variable_and_a_run_resolves_it(db, monk
     monkeypatch.setenv("LIBRARY_HOME", str(db.settings.home))
     monkeypatch.setenv("LIBRARY_DIR", str(db.settings.library_dir))
     defs = build_definitions()
-    shown = defs.get_repository_def().get_top_level_resources()["library_db"].config_schema.default_value
-    assert shown["dsn"] == {"env": "LIBRARY_DB_DSN"}
-    assert dsn not in repr(shown)
+    resources = defs.get_repository_def().get_top_level_resources()
+    shown = resources["settings"].config_schema.default_value
+    assert shown["db_dsn"] == {"env": "LIBRARY_DB_DSN"}
+    assert dsn not in repr({k: r.config_schema.default_value for k, r in resources.items()})
     # settings given by the caller are bound as values (no variable holds them)
-    given = build_definitions(db.settings).get_repository_def().get_top_level_resources()["library_db"]
-    assert given.config_schema.default_value["dsn"] == dsn
+    given = build_definitions(db.settings).get_repository_def().get_top_level_resources()["settings"]
+    assert given.config_schema.default_value["db_dsn"] == dsn
 
     @dg.asset(required_resource_keys={"library_db"})   # this module's annotations are strings
     def probe(context) -> str:

@@ -4,6 +4,8 @@ is skipped alone with a readable reason, and everything else lands."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import dagster as dg
 
 from library_pipeline.defs.vault import VaultResource
@@ -33,8 +35,8 @@ def test_bad_input_fails_or_skips_alone(make_db, embedder, tmp_path):
     commit_all(repo, "bad input")
 
     with dg.DagsterInstance.ephemeral() as instance:
-        summary = run_sync(db, VaultResource(repo=str(repo)), instance=instance,
-                           embedder=EmbedderResource(backend="minilm"))
+        summary = run_sync(db, VaultResource.from_settings(dataclasses.replace(db.settings, vault_repo=repo)), instance=instance,
+                           embedder=EmbedderResource.from_settings(db.settings))
     rows = notes(db)
     assert summary["mode"] == "full" and summary["complete"]
     assert summary["failed_runs"] == []  # bad notes fail alone inside one range run
@@ -67,15 +69,15 @@ def test_bad_input_fails_or_skips_alone(make_db, embedder, tmp_path):
     write(repo / "huge.md", "# Huge\n\nNow a short note about the pangolin.\n")
     commit_all(repo, "shrink huge note")
     with dg.DagsterInstance.ephemeral() as instance:
-        summary = run_sync(db, VaultResource(repo=str(repo)), instance=instance,
-                           embedder=EmbedderResource(backend="minilm"))
+        summary = run_sync(db, VaultResource.from_settings(dataclasses.replace(db.settings, vault_repo=repo)), instance=instance,
+                           embedder=EmbedderResource.from_settings(db.settings))
     assert summary["mode"] == "incremental" and summary["requested"] == 1
     assert notes(db)["huge.md"]["status"] == "ingested" and notes(db)["huge.md"]["error"] is None
 
     # --full compares every note with the index: only the still-broken note is retried
     with dg.DagsterInstance.ephemeral() as instance:
-        summary = run_sync(db, VaultResource(repo=str(repo)), instance=instance, full=True,
-                           embedder=EmbedderResource(backend="minilm"))
+        summary = run_sync(db, VaultResource.from_settings(dataclasses.replace(db.settings, vault_repo=repo)), instance=instance, full=True,
+                           embedder=EmbedderResource.from_settings(db.settings))
     assert (summary["mode"], summary["reason"], summary["requested"]) == ("full", "--full", 1)
     assert [p for p, _ in summary["failures"]] == ["binary note.md"]
 
@@ -93,7 +95,7 @@ def test_crash_inside_the_swap_keeps_the_previous_version(make_db, embedder, tmp
     write(repo / "n.md", "## One\n\nThe first version mentions the okapi.\n")
     commit_all(repo, "v1")
     with dg.DagsterInstance.ephemeral() as instance:
-        run_sync(db, VaultResource(repo=str(repo)), instance=instance, embedder=EmbedderResource(backend="minilm"))
+        run_sync(db, VaultResource.from_settings(dataclasses.replace(db.settings, vault_repo=repo)), instance=instance, embedder=EmbedderResource.from_settings(db.settings))
     write(repo / "n.md", "## One\n\nThe second version mentions the axolotl.\n")
     head = commit_all(repo, "v2")
 

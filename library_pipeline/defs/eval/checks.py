@@ -18,7 +18,6 @@ from pydantic import Field
 
 from library_pipeline.eval.regression import CHECK_METRICS, lanes_config, load_query_set, score_query_set
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
-from serving.settings import get_settings
 
 EMBEDDINGS = dg.AssetKey("embeddings")
 
@@ -37,7 +36,7 @@ class RetrievalCheckConfig(dg.Config):
                             "against its stored thresholds, through serving.search.search.")
 def retrieval_quality(config: RetrievalCheckConfig, library_db: LibraryDatabase,
                       embedder: EmbedderResource) -> dg.AssetCheckResult:
-    qs = load_query_set(config.query_set or get_settings().eval_queries)
+    qs = load_query_set(config.query_set or library_db.settings.eval_queries)
     db = library_db.get()
     with db.connect() as conn:
         result = score_query_set(conn, embedder.get(db), qs, config=lanes_config(config.disable_lanes),
@@ -75,7 +74,7 @@ def library_questions(config: LibraryQuestionsConfig, library_db: LibraryDatabas
     from library_pipeline.eval.library_questions import (EXAMPLE_QUESTIONS, evaluate_library, library_languages,
                                                          load_questions, markdown, resolve_files)
 
-    path = config.questions or get_settings().library_questions
+    path = config.questions or library_db.settings.library_questions
     db = library_db.get()
     with db.connect() as conn:
         if not path:
@@ -150,7 +149,7 @@ def memory_search_precision(config: MemoryPrecisionConfig, library_db: LibraryDa
     base = library_db.get()
     with base.connect() as conn:
         model = load_active_embedder(conn, embedder.get)
-    result = run_memory_eval(base, model, config.memory_set or get_settings().memory_eval_set)
+    result = run_memory_eval(base, model, config.memory_set or library_db.settings.memory_eval_set)
     metadata = {m: dg.MetadataValue.float(v) for m, v in result.metrics.items()}
     metadata[f"threshold {CHECK_METRIC}"] = dg.MetadataValue.float(result.threshold)
     metadata["queries"] = len(result.per_query)
@@ -192,7 +191,7 @@ def memory_locomo_recall(config: MemoryLocomoConfig, library_db: LibraryDatabase
     from library_pipeline.eval.locomo import load_locomo, run_locomo_eval
     from serving.migration import load_active_embedder
 
-    folder = config.locomo_dir or get_settings().locomo_dir
+    folder = config.locomo_dir or library_db.settings.locomo_dir
     if not folder or not (Path(folder) / "turns.jsonl").is_file():
         reason = (f"skipped: no LoCoMo folder at {folder!r}" if folder else
                   "skipped: no LoCoMo folder configured (LIBRARY_EVAL_LOCOMO or the check's locomo_dir)")

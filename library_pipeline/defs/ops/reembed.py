@@ -15,7 +15,6 @@ from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline.run_plan import MAINTENANCE_LANE
 from serving.search.health import prune_search_log
-from serving.settings import get_settings
 
 GROUP = "ops"
 
@@ -107,7 +106,7 @@ class QueryLogRetentionConfig(dg.Config):
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"},
           description="Query-log retention: deletes search_log rows older than LIBRARY_QUERY_LOG_DAYS.")
 def query_log_retention(config: QueryLogRetentionConfig, library_db: LibraryDatabase) -> dg.MaterializeResult:
-    days = config.days or get_settings().query_log_days
+    days = config.days or library_db.settings.query_log_days
     started = time.perf_counter()
     with library_db.get().transaction() as conn:
         deleted = prune_search_log(conn, days)
