@@ -21,7 +21,8 @@ from mcp.client.stdio import StdioServerParameters
 from library_pipeline import migrate
 from library_pipeline_tests.ingest_helpers import ingest, latest_metadata
 from serving.embedding import USEM3_NAME, multilingual_embedder
-from serving.search import SearchConfig, search
+from serving.memory import Viewer, forget_memory, index_memory
+from serving.search import SearchConfig, SearchFilters, search
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "library"
@@ -269,7 +270,21 @@ def test_library_eval_scores_the_files_search_returns(library, embedder, tmp_pat
         "Who wrote this?\tnot-in-the-library.pdf\n", encoding="utf-8")
     monkeypatch.setenv("LIBRARY_DB_DSN", db.settings.db_dsn)
     monkeypatch.setenv("LIBRARY_HOME", str(tmp_path / "home"))
-    out = CliRunner().invoke(app, ["eval", "library", str(questions), "--json", "--out", str(tmp_path / "report")])
+    # one agent's private note saying what the first question asks: the operator's search
+    # ranks it first; an agent's search, which the evaluation is, never sees it
+    note = "What was written on the little bottle Alice found? The little bottle said DRINK ME."
+    with db.connect() as conn:
+        index_memory(conn, embedder, Viewer(agent="reader"), artifact_id="bottle-note", content=note)
+        conn.commit()
+        operator = search(conn, embedder, "What was written on the little bottle Alice found?", top_k=10,
+                          config=SearchConfig(rerank=False, summaries=False, log_queries=False))
+    assert operator.results[0].path is None and "DRINK ME" in operator.results[0].text
+    try:
+        out = CliRunner().invoke(app, ["eval", "library", str(questions), "--json", "--out", str(tmp_path / "report")])
+    finally:
+        with db.connect() as conn:
+            forget_memory(conn, Viewer(agent="reader"), "bottle-note")
+            conn.commit()
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     summary, rows = data["summary"], data["questions"]
@@ -277,7 +292,7 @@ def test_library_eval_scores_the_files_search_returns(library, embedder, tmp_pat
     assert summary["same_language_questions"] == 3 and summary["cross_language_questions"] == 1
     with db.connect() as conn:
         for row in rows:
-            resp = search(conn, embedder, row["question"], top_k=10,
+            resp = search(conn, embedder, row["question"], top_k=10, filters=SearchFilters(viewer=Viewer()),
                           config=SearchConfig(rerank=False, summaries=False, log_queries=False))
             files = []
             for r in resp.results:

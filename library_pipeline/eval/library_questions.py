@@ -15,6 +15,9 @@ A file is named by its path relative to the library folder, or by its file name 
 when that is unique in the library.
 
 Measures, per question and overall:
+Questions are asked as an agent without an identity asks them (shared rows only: no
+agent's private memory stands between a question and its file).
+
 - right file at rank 1: the first passage returned belongs to an answering file;
 - MRR over files: the files of the returned passages in order, each counted at its first
   passage, and the reciprocal rank of the first answering one (0 if none in the top k);
@@ -36,8 +39,9 @@ from typing import Any
 import psycopg
 
 from serving.embedding import Embedder
-from serving.search import SearchConfig, search
+from serving.search import SearchConfig, SearchFilters, search
 from serving.search.language import language_script, script
+from serving.search.types import Viewer
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +190,12 @@ def resolve_files(by_path: dict[str, str | None], names: tuple[str, ...]
     return found, missing
 
 
+# Questions are asked as an agent with no identity asks them: `global` rows only. With no
+# viewer, search is the operator's and sees every agent's private memories: on the example
+# library one agent's own note about the White Rabbit took rank 1 from the book.
+AS_AN_AGENT = SearchFilters(viewer=Viewer())
+
+
 def evaluate_library(conn: psycopg.Connection, embedder: Embedder, questions: list[Question], *,
                      config: SearchConfig | None = None, top_k: int = 10) -> LibraryEvaluation:
     """Ask every question through `serving.search.search` and score the files it returns."""
@@ -198,7 +208,7 @@ def evaluate_library(conn: psycopg.Connection, embedder: Embedder, questions: li
         if not files:
             continue
         scripts = {language_script(lang) for lang in files.values()}
-        resp = search(conn, embedder, q.text, top_k=top_k, config=cfg)
+        resp = search(conn, embedder, q.text, top_k=top_k, filters=AS_AN_AGENT, config=cfg)
         ranked: list[str] = []
         for r in resp.results:
             if r.path not in ranked:

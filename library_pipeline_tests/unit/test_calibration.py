@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from serving.search.calibration import (MODELS, PoolEvidence, bm25_ceiling, calibrated_fusion, keyword_evidence,
-                                       probability, readers_of, script_prior)
+from serving.search.calibration import (MODELS, PoolEvidence, bm25_ceiling, calibrated_fusion, cross_script_share,
+                                        keyword_evidence, probability, readers_of, script_prior)
 from serving.search.language import word_scripts
 from serving.search.lanes import LaneHits
 
@@ -119,3 +119,27 @@ def test_script_prior_follows_the_library_composition():
     by = {f.id: f.score for f in even}
     again = {f.id: f.score for f in skewed}
     assert again[9] < by[9] and math.isclose(again[1], by[1])
+
+
+def test_a_rare_scripts_weak_candidate_ranks_after_every_same_script_one():
+    """The example library's shape (a Russian book beside four English ones): a Russian
+    passage the multilingual model half-matches is below the best English candidate's P
+    times 1 - 935/4190, so it ranks after every English candidate, even a weaker one;
+    a Russian passage that beats the best English one stays where its P puts it. On a
+    half-and-half library nothing moves."""
+    prior = math.log(935 / 4190)
+    assert math.isclose(cross_script_share(prior), 1 - 935 / 4190) and cross_script_share(0.0) == 0.0
+    readers = {1: {"vector", "keyword", "multilingual"}, 2: {"vector", "keyword", "multilingual"},
+               9: {"multilingual"}}
+    multi = LaneHits("multilingual", [9, 1, 2], [0.5, 0.45, 0.3], graded=True)
+    vec = LaneHits("vector", [1, 2], [0.5, 0.3], graded=True)
+
+    def order(z9: float, cross_prior: float) -> list[int]:
+        z = {"multilingual": {9: z9, 1: 3.0, 2: 0.5}, "vector": {1: 3.0, 2: 0.5}}
+        fused = calibrated_fusion([(vec, 1.0), (multi, 1.0)], zscores=z, keyword_share={1: 0.3, 2: 0.01},
+                                  readers=readers, k=20, graded_weight=2.0, cross_prior=cross_prior)
+        return [f.id for f in fused]
+
+    assert order(3.0, 0.0) == [1, 9, 2]          # half and half: P alone decides
+    assert order(3.0, prior) == [1, 2, 9]        # rare script, weaker than the best English: last
+    assert order(8.0, prior)[0] == 9            # rare script, sure of itself: first

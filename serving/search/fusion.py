@@ -64,10 +64,11 @@ class Fused:
     score: float = 0.0
     lanes: dict[str, int] = field(default_factory=dict)    # lane -> rank there
     parts: dict[str, float] = field(default_factory=dict)  # lane -> what it added to score
+    demoted: bool = False   # ranked after every candidate that is not (calibration.cross_script_share)
 
 
 def _ordered(pool: dict[int, Fused]) -> list[Fused]:
-    return sorted(pool.values(), key=lambda f: (-f.score, min(f.lanes.values()), f.id))
+    return sorted(pool.values(), key=lambda f: (f.demoted, -f.score, min(f.lanes.values()), f.id))
 
 
 def weighted_rrf(lanes: list[tuple[LaneHits, float]], k: int = 60) -> list[Fused]:
