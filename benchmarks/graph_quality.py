@@ -278,8 +278,10 @@ def offline(args) -> None:
                     support[(a, b, canonical, e.relation_raw)].add(e.evidence)
                 rows.setdefault((a, b, canonical, e.relation_raw), e.evidence)
         # what kg_store.drop_weak_cooccurrence deletes once the file is extracted
+        typed_pairs = {frozenset(k[:2]) for k in rows if k[2] != "related_to"}
         weak = [k for k, sentences in support.items()
-                if not cooccurrence_kept(len(sentences), is_person(votes[k[0]]) and is_person(votes[k[1]]))]
+                if not cooccurrence_kept(len(sentences), is_person(votes[k[0]]) and is_person(votes[k[1]]),
+                                         frozenset(k[:2]) in typed_pairs)]
         figures.setdefault("weak_cooccurrence_dropped", 0)
         figures["weak_cooccurrence_dropped"] += len(weak)
         for k in weak:

@@ -302,3 +302,49 @@ def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
         assert {r[0] for r in conn.execute("SELECT name FROM entities")} == {"Holmes", "Lestrade"}
         out = graph.entity(conn, "Holmes")
     assert out["source_count"] == 1 and [r["entity"]["name"] for r in out["relations"]] == ["Lestrade"]
+
+
+def test_cooccurrence_counts_sentences_and_a_file_keeps_supported_rows(db):
+    """Co-occurrence rows count distinct sentences (the chunker's overlap repeats a
+    window's last sentence at the start of the next passage, here across two batches);
+    once the file is extracted, drop_weak_cooccurrence keeps a pair of people from one
+    sentence, anything else from COOCCURRENCE_SENTENCES, and no pair the file types."""
+    from library_pipeline.enrich.kg_store import drop_weak_cooccurrence, write_graph
+    from library_pipeline.enrich.passage_graph import COOCCURRENCE_SENTENCES, Edge, PassageGraph
+
+    def passage(*edges):
+        g = PassageGraph()
+        for a, al, b, bl, evidence, extractor, relation in edges:
+            g.mentions.update({(a, al): 1, (b, bl): 1})
+            g.edges.append(Edge(a, al, "said to" if relation else "co-occurs with", b, bl, evidence, extractor,
+                                relation))
+        return g
+
+    def co(a, al, b, bl, evidence):
+        return (a, al, b, bl, evidence, "cooccurrence", None)
+
+    overlap = "“I carried the bird all the way to Kilburn, Mr. Holmes.”"
+    with db.transaction() as conn:
+        doc = conn.execute("INSERT INTO documents (path, partition_key, status) VALUES ('c.txt', 'c', 'ingested') "
+                           "RETURNING id").fetchone()[0]
+        write_graph(conn, doc, [
+            passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap)),
+            passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap),   # the overlap, same batch
+                    co("Holmes", "PERSON", "Lestrade", "PERSON", "“Very good, Lestrade,” said Holmes."),
+                    ("Holmes", "PERSON", "Lestrade", "PERSON", "“Very good, Lestrade,” said Holmes.", "dependency",
+                     "associate_of"),
+                    co("Holmes", "PERSON", "Clay", "PERSON", "“It’s no use, John Clay,” said Holmes softly."))])
+        write_graph(conn, doc, [   # the next batch starts with the overlap again
+            passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap),
+                    co("Holmes", "PERSON", "Kilburn", "GPE", "Holmes drove to Kilburn.")),
+            *[passage(co("Holmes", "PERSON", "Baker Street", "FAC", f"Holmes sat in Baker Street ({n})."))
+              for n in range(COOCCURRENCE_SENTENCES)]])
+        counts = dict(conn.execute(
+            "SELECT t.name, r.count FROM relations r JOIN entities t ON t.id = r.target_id "
+            "WHERE r.extractor = 'cooccurrence' AND r.document_id = %s", (doc,)).fetchall())
+        assert counts == {"Kilburn": 2, "Lestrade": 1, "Clay": 1, "Baker Street": COOCCURRENCE_SENTENCES}
+        assert drop_weak_cooccurrence(conn, doc) == 2   # Kilburn: two sentences; Lestrade: typed
+        kept = {(r[0], r[1]) for r in conn.execute(
+            "SELECT t.name, r.relation FROM relations r JOIN entities t ON t.id = r.target_id "
+            "WHERE r.document_id = %s", (doc,))}
+    assert kept == {("Lestrade", "associate_of"), ("Clay", "related_to"), ("Baker Street", "related_to")}

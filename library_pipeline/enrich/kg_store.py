@@ -195,14 +195,18 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
 
 
 def drop_weak_cooccurrence(conn, document_id: int) -> int:
-    """Once a file is extracted and its names merged: delete its related_to rows of too
-    little support (passage_graph.cooccurrence_kept; a person is judged by the entity's
-    type votes over the library, the offline benchmark by the file's). Returns rows deleted."""
+    """Once a file is extracted and its names merged: delete the co-occurrence rows it
+    keeps no related_to for (passage_graph.cooccurrence_kept: too little support, or a
+    pair the file types; a person is judged by the entity's type votes over the library,
+    the offline benchmark by the file's). Returns the rows deleted."""
     rows = conn.execute(
-        "SELECT r.id, r.count, s.type_votes, t.type_votes FROM relations r JOIN entities s ON s.id = r.source_id "
-        "JOIN entities t ON t.id = r.target_id WHERE r.document_id = %s AND r.extractor = 'cooccurrence'",
-        (document_id,)).fetchall()
-    weak = [i for i, count, a, b in rows if not cooccurrence_kept(count, is_person(a or {}) and is_person(b or {}))]
+        "SELECT r.id, r.count, s.type_votes, t.type_votes, EXISTS (SELECT 1 FROM relations x WHERE "
+        "x.document_id = r.document_id AND x.relation <> 'related_to' AND ((x.source_id, x.target_id) = "
+        "(r.source_id, r.target_id) OR (x.source_id, x.target_id) = (r.target_id, r.source_id))) "
+        "FROM relations r JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id "
+        "WHERE r.document_id = %s AND r.extractor = 'cooccurrence'", (document_id,)).fetchall()
+    weak = [i for i, count, a, b, typed in rows
+            if not cooccurrence_kept(count, is_person(a or {}) and is_person(b or {}), typed)]
     if weak:
         conn.execute("DELETE FROM relations WHERE id = ANY(%s)", (weak,))
     return len(weak)
