@@ -348,3 +348,24 @@ def test_cooccurrence_counts_sentences_and_a_file_keeps_supported_rows(db):
             "SELECT t.name, r.relation FROM relations r JOIN entities t ON t.id = r.target_id "
             "WHERE r.document_id = %s", (doc,))}
     assert kept == {("Lestrade", "associate_of"), ("Clay", "related_to"), ("Baker Street", "related_to")}
+
+
+def test_a_sentence_naming_a_person_twice_counts_once_after_the_merge(db):
+    """Two names of one person beside a third in one sentence write two co-occurrence
+    rows; merged into one entity (kg_file_resolution) they are one sentence, not two."""
+    from library_pipeline.enrich.kg_file_resolution import resolve_within_file
+    from library_pipeline.enrich.kg_store import write_graph
+    from library_pipeline.enrich.passage_graph import Edge, PassageGraph
+
+    sentence = "“Sherlock Holmes, sir?” said Peterson; “Mr. Holmes is expected.”"
+    with db.transaction() as conn:
+        doc = conn.execute("INSERT INTO documents (path, partition_key, status) VALUES ('d.txt', 'd', 'ingested') "
+                           "RETURNING id").fetchone()[0]
+        g = PassageGraph()
+        g.mentions.update({("Sherlock Holmes", "PERSON"): 3, ("Holmes", "PERSON"): 1, ("Peterson", "PERSON"): 1})
+        for name in ("Sherlock Holmes", "Holmes"):
+            g.edges.append(Edge(name, "PERSON", "co-occurs with", "Peterson", "PERSON", sentence, "cooccurrence"))
+        write_graph(conn, doc, [g])
+        assert resolve_within_file(conn, doc)[0] == 1
+        rows = conn.execute("SELECT count FROM relations WHERE document_id = %s", (doc,)).fetchall()
+    assert rows == [(1,)]

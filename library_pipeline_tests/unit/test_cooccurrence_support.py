@@ -30,7 +30,8 @@ def test_two_people_keep_their_row_from_one_sentence():
 
 
 def test_anything_else_needs_support():
-    # Holmes / Kilburn: "I carried the bird all the way to Kilburn", said once to Mr. Holmes
+    # Assizes / Holmes: "James McCarthy was acquitted at the Assizes on the strength of a number of
+    # objections which had been drawn out by Holmes", their one sentence
     assert not cooccurrence_kept(1, people=False, typed=False)
     assert not cooccurrence_kept(COOCCURRENCE_SENTENCES - 1, people=False, typed=False)
     # Sherlock Holmes / Baker Street, in five sentences
