@@ -304,13 +304,25 @@ def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
     assert out["source_count"] == 1 and [r["entity"]["name"] for r in out["relations"]] == ["Lestrade"]
 
 
+BAKER_STREET = [   # the Holmes stories' sentences naming Holmes and Baker Street
+    "At three o’clock precisely I was at Baker Street, but Holmes had not yet returned.",
+    "The events in question occurred in the early days of my association with Holmes, when we were sharing rooms "
+    "as bachelors in Baker Street.",
+    "There was no truth, Mr. Holmes, in the conjecture which seemed to us to be probable in your rooms at Baker "
+    "Street.",
+]
+
+
 def test_cooccurrence_counts_sentences_and_a_file_keeps_supported_rows(db):
     """Co-occurrence rows count distinct sentences (the chunker's overlap repeats a
     window's last sentence at the start of the next passage, here across two batches);
     once the file is extracted, drop_weak_cooccurrence keeps a pair of people from one
-    sentence, anything else from COOCCURRENCE_SENTENCES, and no pair the file types."""
+    sentence, anything else from COOCCURRENCE_SENTENCES, and no pair the file types.
+    ("Holmes drove to Kilburn." is made up: the stories name Kilburn once.)"""
     from library_pipeline.enrich.kg_store import drop_weak_cooccurrence, write_graph
     from library_pipeline.enrich.passage_graph import COOCCURRENCE_SENTENCES, Edge, PassageGraph
+
+    assert len(BAKER_STREET) == COOCCURRENCE_SENTENCES
 
     def passage(*edges):
         g = PassageGraph()
@@ -337,8 +349,7 @@ def test_cooccurrence_counts_sentences_and_a_file_keeps_supported_rows(db):
         write_graph(conn, doc, [   # the next batch starts with the overlap again
             passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap),
                     co("Holmes", "PERSON", "Kilburn", "GPE", "Holmes drove to Kilburn.")),
-            *[passage(co("Holmes", "PERSON", "Baker Street", "FAC", f"Holmes sat in Baker Street ({n})."))
-              for n in range(COOCCURRENCE_SENTENCES)]])
+            *[passage(co("Holmes", "PERSON", "Baker Street", "FAC", sentence)) for sentence in BAKER_STREET]])
         counts = dict(conn.execute(
             "SELECT t.name, r.count FROM relations r JOIN entities t ON t.id = r.target_id "
             "WHERE r.extractor = 'cooccurrence' AND r.document_id = %s", (doc,)).fetchall())
@@ -352,7 +363,8 @@ def test_cooccurrence_counts_sentences_and_a_file_keeps_supported_rows(db):
 
 def test_a_sentence_naming_a_person_twice_counts_once_after_the_merge(db):
     """Two names of one person beside a third in one sentence write two co-occurrence
-    rows; merged into one entity (kg_file_resolution) they are one sentence, not two."""
+    rows; merged into one entity (kg_file_resolution) they are one sentence, not two.
+    The sentence is made up: the example library's sentences rarely name one person twice."""
     from library_pipeline.enrich.kg_file_resolution import resolve_within_file
     from library_pipeline.enrich.kg_store import write_graph
     from library_pipeline.enrich.passage_graph import Edge, PassageGraph
