@@ -27,8 +27,9 @@ pairs the text relates):
 Without a database (--offline, a minute or two): the example library's passages cut by
 the ingest's own extractor and chunker (tokens estimated as 1.35 per word, not the
 embedder's tokenizer, so passages differ a little from an ingest's), the offline
-extractors run over them, relation rows aggregated per file as kg_store keys them and
-person names merged per file by kg_file_resolution.plan_file_merges. It scores what the
+extractors run over them, relation rows aggregated per file as kg_store keys them,
+person names merged per file by kg_file_resolution.plan_file_merges and co-occurrence rows
+of too little support dropped (passage_graph.cooccurrence_kept). It scores what the
 database path cannot be asked without an ingest: the share of typed relation rows,
 their precision against the judged rows of the gold set ("typed"), recall of the
 relations the gold set expects, and entity-merge precision and recall (pairs of names
@@ -238,7 +239,8 @@ def offline(args) -> None:
 
     from library_pipeline.enrich.extract import extract_graphs
     from library_pipeline.enrich.kg_file_resolution import plan_file_merges
-    from serving.ontology import RELATION_TYPES, relation_type
+    from library_pipeline.enrich.passage_graph import cooccurrence_kept, is_person
+    from serving.ontology import RELATION_TYPES, entity_type, relation_type
 
     gold = json.loads(GOLD.read_text(encoding="utf-8"))
     figures: dict = {"load_before": open("/proc/loadavg").read().split()[:3], "books": {}}
@@ -254,13 +256,16 @@ def offline(args) -> None:
         took = time.process_time() - t
         seconds += took
         persons: Counter = Counter()
+        votes: dict[str, Counter] = defaultdict(Counter)   # an entity's type votes, as kg_store keeps them
         for g in graphs:
             for (n, label), c in g.mentions.items():
+                votes[normalise_py(n)][entity_type(label)] += c
                 if label in ("PERSON", "PER"):
                     persons[normalise_py(n)] += c
         persons = Counter({k: v for k, v in persons.items() if len(k) >= 2})
         merges, ambiguous = plan_file_merges(dict(persons))
         rows: dict[tuple, str] = {}
+        support: dict[tuple, set] = defaultdict(set)   # co-occurrence row -> its distinct sentences
         for g in graphs:
             for e in g.edges:
                 a, b = (merges.get(x, x) for x in (normalise_py(e.source), normalise_py(e.target)))
@@ -270,7 +275,17 @@ def offline(args) -> None:
                 canonical = given if given in RELATION_TYPES else relation_type(e.relation_raw)
                 if e.extractor == "cooccurrence":
                     a, b = min(a, b), max(a, b)
+                    support[(a, b, canonical, e.relation_raw)].add(e.evidence)
                 rows.setdefault((a, b, canonical, e.relation_raw), e.evidence)
+        # what kg_store.drop_weak_cooccurrence deletes once the file is extracted
+        typed_pairs = {frozenset(k[:2]) for k in rows if k[2] != "related_to"}
+        weak = [k for k, sentences in support.items()
+                if not cooccurrence_kept(len(sentences), is_person(votes[k[0]]) and is_person(votes[k[1]]),
+                                         frozenset(k[:2]) in typed_pairs)]
+        figures.setdefault("weak_cooccurrence_dropped", 0)
+        figures["weak_cooccurrence_dropped"] += len(weak)
+        for k in weak:
+            del rows[k]
         types = Counter(k[2] for k in rows)
         totals.update(types)
         book_gold = (gold.get("typed") or {}).get(name, {})

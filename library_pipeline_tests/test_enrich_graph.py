@@ -302,3 +302,82 @@ def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
         assert {r[0] for r in conn.execute("SELECT name FROM entities")} == {"Holmes", "Lestrade"}
         out = graph.entity(conn, "Holmes")
     assert out["source_count"] == 1 and [r["entity"]["name"] for r in out["relations"]] == ["Lestrade"]
+
+
+BAKER_STREET = [   # the Holmes stories' sentences naming Holmes and Baker Street
+    "At three o’clock precisely I was at Baker Street, but Holmes had not yet returned.",
+    "The events in question occurred in the early days of my association with Holmes, when we were sharing rooms "
+    "as bachelors in Baker Street.",
+    "There was no truth, Mr. Holmes, in the conjecture which seemed to us to be probable in your rooms at Baker "
+    "Street.",
+]
+
+
+def test_cooccurrence_counts_sentences_and_a_file_keeps_supported_rows(db):
+    """Co-occurrence rows count distinct sentences (the chunker's overlap repeats a
+    window's last sentence at the start of the next passage, here across two batches);
+    once the file is extracted, drop_weak_cooccurrence keeps a pair of people from one
+    sentence, anything else from COOCCURRENCE_SENTENCES, and no pair the file types.
+    ("Holmes drove to Kilburn." is made up: the stories name Kilburn once.)"""
+    from library_pipeline.enrich.kg_store import drop_weak_cooccurrence, write_graph
+    from library_pipeline.enrich.passage_graph import COOCCURRENCE_SENTENCES, Edge, PassageGraph
+
+    assert len(BAKER_STREET) == COOCCURRENCE_SENTENCES
+
+    def passage(*edges):
+        g = PassageGraph()
+        for a, al, b, bl, evidence, extractor, relation in edges:
+            g.mentions.update({(a, al): 1, (b, bl): 1})
+            g.edges.append(Edge(a, al, "said to" if relation else "co-occurs with", b, bl, evidence, extractor,
+                                relation))
+        return g
+
+    def co(a, al, b, bl, evidence):
+        return (a, al, b, bl, evidence, "cooccurrence", None)
+
+    overlap = "“I carried the bird all the way to Kilburn, Mr. Holmes.”"
+    with db.transaction() as conn:
+        doc = conn.execute("INSERT INTO documents (path, partition_key, status) VALUES ('c.txt', 'c', 'ingested') "
+                           "RETURNING id").fetchone()[0]
+        write_graph(conn, doc, [
+            passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap)),
+            passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap),   # the overlap, same batch
+                    co("Holmes", "PERSON", "Lestrade", "PERSON", "“Very good, Lestrade,” said Holmes."),
+                    ("Holmes", "PERSON", "Lestrade", "PERSON", "“Very good, Lestrade,” said Holmes.", "dependency",
+                     "associate_of"),
+                    co("Holmes", "PERSON", "Clay", "PERSON", "“It’s no use, John Clay,” said Holmes softly."))])
+        write_graph(conn, doc, [   # the next batch starts with the overlap again
+            passage(co("Holmes", "PERSON", "Kilburn", "GPE", overlap),
+                    co("Holmes", "PERSON", "Kilburn", "GPE", "Holmes drove to Kilburn.")),
+            *[passage(co("Holmes", "PERSON", "Baker Street", "FAC", sentence)) for sentence in BAKER_STREET]])
+        counts = dict(conn.execute(
+            "SELECT t.name, r.count FROM relations r JOIN entities t ON t.id = r.target_id "
+            "WHERE r.extractor = 'cooccurrence' AND r.document_id = %s", (doc,)).fetchall())
+        assert counts == {"Kilburn": 2, "Lestrade": 1, "Clay": 1, "Baker Street": COOCCURRENCE_SENTENCES}
+        assert drop_weak_cooccurrence(conn, doc) == 2   # Kilburn: two sentences; Lestrade: typed
+        kept = {(r[0], r[1]) for r in conn.execute(
+            "SELECT t.name, r.relation FROM relations r JOIN entities t ON t.id = r.target_id "
+            "WHERE r.document_id = %s", (doc,))}
+    assert kept == {("Lestrade", "associate_of"), ("Clay", "related_to"), ("Baker Street", "related_to")}
+
+
+def test_a_sentence_naming_a_person_twice_counts_once_after_the_merge(db):
+    """Two names of one person beside a third in one sentence write two co-occurrence
+    rows; merged into one entity (kg_file_resolution) they are one sentence, not two.
+    The sentence is made up: the example library's sentences rarely name one person twice."""
+    from library_pipeline.enrich.kg_file_resolution import resolve_within_file
+    from library_pipeline.enrich.kg_store import write_graph
+    from library_pipeline.enrich.passage_graph import Edge, PassageGraph
+
+    sentence = "“Sherlock Holmes, sir?” said Peterson; “Mr. Holmes is expected.”"
+    with db.transaction() as conn:
+        doc = conn.execute("INSERT INTO documents (path, partition_key, status) VALUES ('d.txt', 'd', 'ingested') "
+                           "RETURNING id").fetchone()[0]
+        g = PassageGraph()
+        g.mentions.update({("Sherlock Holmes", "PERSON"): 3, ("Holmes", "PERSON"): 1, ("Peterson", "PERSON"): 1})
+        for name in ("Sherlock Holmes", "Holmes"):
+            g.edges.append(Edge(name, "PERSON", "co-occurs with", "Peterson", "PERSON", sentence, "cooccurrence"))
+        write_graph(conn, doc, [g])
+        assert resolve_within_file(conn, doc)[0] == 1
+        rows = conn.execute("SELECT count FROM relations WHERE document_id = %s", (doc,)).fetchall()
+    assert rows == [(1,)]

@@ -216,6 +216,12 @@ def test_russian_person_after_k_or_s():
     assert ("Марья Ивановна", "associate_of", "Анна Власьевна", "возвратилась к") in rows
 
 
+def test_russian_marriage_after_na_is_no_place():
+    rows = russian_typed("Вскоре потом Петр Андреевич женился на Марье Ивановне.")
+    assert ("Пётр Андреевич", "family_of", "Марья Ивановна", "женился на") in rows
+    assert not {r for r in rows if r[1] == "located_in"}
+
+
 def test_russian_imperative_is_no_person():
     from library_pipeline.enrich.extract_russian import russian_graphs
 

@@ -282,7 +282,11 @@ def _move_contributions(conn, document_id: int, source: int, target: int | None,
             "           document_id, count, evidence, extractor FROM relations"
             "    WHERE document_id = %(doc)s AND (source_id = %(src)s OR target_id = %(src)s)) r) m WHERE s <> t "
             "ON CONFLICT (source_id, target_id, relation, relation_raw, document_id) "
-            "DO UPDATE SET count = relations.count + EXCLUDED.count",
+            # co-occurrence counts distinct sentences (kg_store.write_graph): two rows of a
+            # pair first seen in one sentence ("Holmes" and "Sherlock Holmes" beside
+            # "Watson") merge into one row that counts the sentence once
+            "DO UPDATE SET count = relations.count + EXCLUDED.count - CASE WHEN relations.extractor = "
+            "'cooccurrence' AND relations.evidence = EXCLUDED.evidence THEN 1 ELSE 0 END",
             {"src": source, "dst": target, "doc": document_id})
         conn.execute("INSERT INTO entity_sources (entity_id, document_id, mentions) VALUES (%s, %s, %s) "
                      "ON CONFLICT (entity_id, document_id) DO UPDATE SET mentions = entity_sources.mentions + "

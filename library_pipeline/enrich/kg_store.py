@@ -17,7 +17,8 @@ Conan Doyle" an ORG in one sentence and a PERSON in the next.
 Each batch of passages is one transaction together with the progress row, so
 an interrupted run loses at most the batch in flight and the next run resumes
 where the last commit left off. After a file's last batch, its person names are
-merged within the file (kg_file_resolution).
+merged within the file (kg_file_resolution), then its co-occurrence rows of too little
+support are deleted (drop_weak_cooccurrence): until then a file being extracted shows them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from library_pipeline.enrich.extract import extract_graphs
 from library_pipeline.enrich.gender import compatible as gender_compatible
 from library_pipeline.enrich.gender import name_gender
 from library_pipeline.enrich.kg_file_resolution import resolve_within_file
-from library_pipeline.enrich.passage_graph import PassageGraph
+from library_pipeline.enrich.passage_graph import PassageGraph, cooccurrence_kept, is_person
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
 from serving.graph import max_edits
@@ -43,7 +44,7 @@ from serving.ontology import RELATION_TYPES, entity_type, relation_type
 
 log = logging.getLogger(__name__)
 
-OFFLINE_EXTRACTOR = "offline-v5"   # bump to re-extract every file after changing the offline rules
+OFFLINE_EXTRACTOR = "offline-v6"   # bump to re-extract every file after changing the offline rules
 
 
 def _compatible(a: str, b: str) -> bool:
@@ -123,17 +124,27 @@ def write_graph(conn, document_id: int, graphs: list[PassageGraph]) -> tuple[int
         if e.extractor == "cooccurrence":
             a, b = min(a, b), max(a, b)   # undirected: one row per pair
         key = (a, b, canonical, e.relation_raw)
-        if key in rel:
-            rel[key][0] += 1
-        else:
-            rel[key] = [1, e.evidence, e.extractor]
+        entry = rel.setdefault(key, [0, e.evidence, e.extractor, set()])
+        if e.extractor == "cooccurrence":
+            # a co-occurrence row counts distinct sentences (its support, see
+            # drop_weak_cooccurrence): the chunker's overlap repeats a window's last
+            # sentences at the start of the next passage, and two names of one person
+            # in one sentence ("Holmes", "Sherlock Holmes") join one pair twice
+            if e.evidence in entry[3]:
+                continue
+            entry[3].add(e.evidence)
+        entry[0] += 1
     with conn.cursor() as cur:
+        # a batch's first sentence of a pair equal to the stored row's is the overlap
+        # repeated across the batch boundary (the row then has that one sentence only)
         cur.executemany(
             "INSERT INTO relations (source_id, target_id, relation, relation_raw, document_id, count, evidence, "
             "extractor) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (source_id, target_id, relation, relation_raw, document_id) "
-            "DO UPDATE SET count = relations.count + EXCLUDED.count",
-            [(a, b, canonical, raw, document_id, n, ev, ex) for (a, b, canonical, raw), (n, ev, ex) in rel.items()])
+            "DO UPDATE SET count = relations.count + EXCLUDED.count - CASE WHEN relations.extractor = "
+            "'cooccurrence' AND relations.evidence = EXCLUDED.evidence THEN 1 ELSE 0 END",
+            [(a, b, canonical, raw, document_id, n, ev, ex)
+             for (a, b, canonical, raw), (n, ev, ex, _) in rel.items()])
     return len(added), len(rel)
 
 
@@ -181,6 +192,24 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
             if limit:
                 choices[entity_id] = (key, mine)
     return ids
+
+
+def drop_weak_cooccurrence(conn, document_id: int) -> int:
+    """Once a file is extracted and its names merged: delete the co-occurrence rows it
+    keeps no related_to for (passage_graph.cooccurrence_kept: too little support, or a
+    pair the file types; a person is judged by the entity's type votes over the library,
+    the offline benchmark by the file's). Returns the rows deleted."""
+    rows = conn.execute(
+        "SELECT r.id, r.count, s.type_votes, t.type_votes, EXISTS (SELECT 1 FROM relations x WHERE "
+        "x.document_id = r.document_id AND x.relation <> 'related_to' AND ((x.source_id, x.target_id) = "
+        "(r.source_id, r.target_id) OR (x.source_id, x.target_id) = (r.target_id, r.source_id))) "
+        "FROM relations r JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id "
+        "WHERE r.document_id = %s AND r.extractor = 'cooccurrence'", (document_id,)).fetchall()
+    weak = [i for i, count, a, b, typed in rows
+            if not cooccurrence_kept(count, is_person(a or {}) and is_person(b or {}), typed)]
+    if weak:
+        conn.execute("DELETE FROM relations WHERE id = ANY(%s)", (weak,))
+    return len(weak)
 
 
 def forget_document(conn, document_id: int) -> None:
@@ -282,6 +311,7 @@ def kg_step(db: Database, key: str, generator: TextGenerator | None = None, *, b
                 merged, unclear = resolve_within_file(conn, doc["id"])
                 result.figures["merged_names"] = merged
                 result.figures["ambiguous_names"] = unclear
+                result.figures["weak_cooccurrence_dropped"] = drop_weak_cooccurrence(conn, doc["id"])
             conn.execute("UPDATE kg_progress SET next_ordinal = %s, passages_done = passages_done + %s, "
                          "updated_at = now(), completed_at = CASE WHEN %s THEN NULL ELSE now() END "
                          "WHERE document_id = %s", (last + 1, len(rows), more, doc["id"]))

@@ -30,6 +30,22 @@ LIST_SHARE_FROM = 4
 LIST_SHARE = 0.35
 _WORD = re.compile(r"\w+")
 
+# Co-occurrence needs support (a product decision): a file writes a related_to row
+# between two people whatever its support, and between anything else (a person and a
+# place, two organisations) only when COOCCURRENCE_SENTENCES distinct sentences of the
+# file name both. A person is a name the tagger called one in PERSON_SHARE or more of
+# its mentions: the small model calls Alice's Dormouse an organisation 26 times of 39,
+# the Gryphon 22 of 48. Measured on the example library's offline rows
+# (benchmarks/graph_quality.py --offline, docs/enrichment.md): typed share 11.2% ->
+# 29.0%, 59 of the 61 gold pairs still joined (the two lost go through names the tagger
+# never calls a person: "Cheshire Cat", "Ryder"); two sentences for every pair kept 44,
+# three 35; people at any share kept 59 at 27.7%, at half their mentions 56. A pair the
+# file also relates with a type keeps no related_to row: the typed row joins the two
+# already (typed_over_cooccurrence does the same within a passage; over the file it takes
+# 23 more rows, 29.0% -> 30.8%, no gold pair lost).
+COOCCURRENCE_SENTENCES = 3
+PERSON_SHARE = 0.25
+
 
 @dataclass
 class Edge:
@@ -164,3 +180,18 @@ def typed_over_cooccurrence(graph: PassageGraph) -> PassageGraph:
     graph.edges = [e for e in graph.edges
                    if e.extractor != "cooccurrence" or frozenset((e.source, e.target)) not in typed]
     return graph
+
+
+def is_person(votes: dict[str, int]) -> bool:
+    """A name of a person for the co-occurrence rule: `votes` its canonical types
+    (serving/ontology.py entity types) counted over its mentions."""
+    people = votes.get("person", 0)
+    return people > 0 and people >= PERSON_SHARE * sum(votes.values())
+
+
+def cooccurrence_kept(sentences: int, people: bool, typed: bool) -> bool:
+    """Whether a file keeps its related_to row for a pair co-mentioned in `sentences`
+    distinct sentences, `people` when both ends are persons (is_person), `typed` when
+    the file also relates the pair with a type (either direction). kg_store applies it
+    once a file is extracted; the offline benchmark applies it to its rows."""
+    return not typed and (people or sentences >= COOCCURRENCE_SENTENCES)

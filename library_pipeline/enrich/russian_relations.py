@@ -11,7 +11,8 @@ co-occurrence (153 of 157 rows) while the text says «Пугачев спрос�
   («Марья Ивановна, дочь капитана Миронова») -> family_of / associate_of, raw the noun;
 - a person the subject of a verb with a place after «в», «на», «из» («жил в
   Оренбурге», «приехал из Симбирска») -> located_in, with a person after «с», «к», «у»
-  («возвратилась к Анне Власьевне») -> associate_of, raw the verb and preposition.
+  («возвратилась к Анне Власьевне») -> associate_of, raw the verb and preposition;
+  marrying a person after «на» («женился на Марье Ивановне») -> family_of.
 """
 
 from __future__ import annotations
@@ -104,7 +105,11 @@ def russian_patterns(tokens, named: list[tuple[object, str, str]], morph, eviden
             for t in children(token, "obl"):
                 case = [c.text.lower() for c in children(t, "case")]
                 y = entity(t)
-                if case and case[0] in PLACE_PREPS and y is not None and y[1] in _PLACES:
+                if case and case[0] == "на" and verb in FAMILY_VERBS and y is not None and y[1] == _PERSON:
+                    # «Петр Андреевич женился на Марье Ивановне»: «на» before a person is no place
+                    for x in subjects:
+                        add(x, f"{token.text.lower()} на", y, "family_of")
+                elif case and case[0] in PLACE_PREPS and y is not None and y[1] in _PLACES:
                     for x in subjects:
                         add(x, f"{token.text.lower()} {case[0]}", y, "located_in")
                 elif case and case[0] in WITH_PREPS and y is not None and y[1] == _PERSON:
