@@ -15,7 +15,7 @@ which binds every secret the environment holds (`SECRET_ENV`) as `dg.EnvVar`, so
 Dagster UI's resource config shows the variable's name, not a password. Dagster
 resolves it in each run's process, from the same variable the settings read.
 
-Both wrap plain classes from `serving` (which must deploy without Dagster), so the
+The resources wrap plain classes from `serving` (which must deploy without Dagster), so the
 pipeline and the search side share one connection factory and one definition of how
 text is embedded.
 """
