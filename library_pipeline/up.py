@@ -112,6 +112,7 @@ def _check_ports(webserver_port: int, mcp_port: int | None) -> None:
 
 
 PROGRESS_EVERY_S = 5.0
+OWNERS_GRACE = 15.0  # seconds `up` waits, once its children stopped, for their runs to let go of the server
 
 
 def enrichment_progress(db: Database) -> str | None:
@@ -197,6 +198,10 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if db.embedded and db._server is not None:
-            # a child killed hard leaves its pid registered; drop it so our exit stops the server
-            prune_stale_owners(settings.home)
+            # a child killed hard leaves its pid registered; drop it so our exit stops the
+            # server. A run the daemon launched can still be exiting after its parent
+            # stopped (the server outlived `library up` once, at load 5): give it a moment.
+            deadline = time.monotonic() + OWNERS_GRACE
+            while set(prune_stale_owners(settings.home)) - {os.getpid()} and time.monotonic() < deadline:
+                time.sleep(0.5)
         db.stop()

