@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from library_pipeline_tests.search_fixtures import create_database
 from serving.memory import (IdentityError, MemoryInputError, MemoryNotFound, Viewer, forget_memory, get_memory,
                             index_memory, load_identities, parse_identities, search_memory)
-from serving.memory.chunk import chunk_memory
-from serving.memory.store import MAX_CONTENT_CHARS
+from serving.memory.chunk import chunk_memory, split_memory
+from serving.memory.store import MAX_CONTENT_CHARS, record_score
 
 A = Viewer("Agent-Scout", "marketing")
 A2 = Viewer("Agent-Analyst", "marketing")
@@ -160,6 +160,39 @@ def test_long_artifact_is_chunked_and_each_part_is_found(conn, embedder):
     assert get_memory(conn, A, r.record["id"])["content"] == text
     assert chunk_memory("short", embedder) == ["short"]
 
+
+
+def test_transcript_is_cut_between_lines_each_passage_with_its_first_line(conn, embedder):
+    """A session saved as one note: one 254-token window held ~20 turns and its one vector
+    stood for all of them; cut between lines, each turn is a passage of its own that still
+    says which session it was (the note's first line as its heading). Prose keeps windows."""
+    header = "team-sync, session 4, 3 March 2025"
+    lines = [f"{'Dana' if i % 2 else 'Omar'}: update {i} on the quarterly budget, the hiring plan and "
+             f"the office move, nothing decided yet about item {i}." for i in range(40)]
+    lines[23] = "Dana: The warehouse in Jebel Ali flooded on Tuesday, so the shipment is late."
+    text = "\n".join([header, *lines])
+    chunks, by_lines = split_memory(text, embedder, max_chunks=400)
+    assert by_lines and len(chunks) > 10
+    assert all(set(c.split("\n")) <= {header, *lines} for c in chunks)   # whole lines only
+    assert all(embedder.count_tokens(c) <= embedder.max_tokens for c in chunks)
+    r = index_memory(conn, embedder, A, artifact_id="sync-4", scope="self", content=text, meta={"type": "session"})
+    headings = {h for h, in conn.execute("SELECT heading FROM passages WHERE memory_id = %s", (r.record["id"],))}
+    assert headings == {f"session — {header}"}
+    res = search_memory(conn, embedder, A, "When did the Jebel Ali warehouse flood?", top_k=3)
+    top = res["results"][0]
+    assert top["id"] == r.record["id"] and "Jebel Ali" in top["content"] and len(top["content"]) < 300
+    # prose (one long line) is cut into overlapping windows, headed by its type alone
+    prose = " ".join(f"word{i} of a long paragraph about shipping." for i in range(120))
+    chunks, by_lines = split_memory(prose, embedder)
+    assert not by_lines and len(chunks) > 1
+    p = index_memory(conn, embedder, A, artifact_id="prose-1", scope="self", content=prose, meta={"type": "note"})
+    assert {h for h, in conn.execute("SELECT heading FROM passages WHERE memory_id = %s",
+                                     (p.record["id"],))} == {"note"}
+
+
+def test_record_score_best_passage_then_half_and_quarter():
+    assert record_score([0.7]) == 0.7                         # one passage: its own score
+    assert record_score([0.2, 0.9, 0.5, 0.1]) == pytest.approx(0.9 + 0.25 + 0.05)
 
 BAD = [
     (A, dict(artifact_id="e1", content="", scope="self"), "content is empty"),

@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from serving.embedding import Embedder, embed_text_for_passage
-from serving.memory.chunk import chunk_memory
+from serving.memory.chunk import split_memory
 from serving.memory.context import NEIGHBOUR_SHARE, with_thread_context
 from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
@@ -117,6 +117,22 @@ def _public_meta(rec: dict[str, Any]) -> dict[str, Any]:
 
 # -- index ------------------------------------------------------------------------
 
+FIRST_LINE_CHARS = 200
+
+
+def passage_headings(mtype: str | None, text: str, by_lines: bool) -> str | None:
+    """The heading of a memory's passages (embedded before each and indexed with it, as a
+    document's title is): the memory's type; for a memory cut between its lines
+    (serving/memory/chunk.py), its first line too (at most FIRST_LINE_CHARS) - a session
+    note's "conv, session 3, 8 May 2023": a line alone no longer says when or where it was
+    said. Measured on LoCoMo's dev half (session notes, R@5): lines alone 0.8562, lines with
+    the first line 0.8711; the first line on window passages instead 0.8656."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")[:FIRST_LINE_CHARS]
+    if not by_lines or not first:
+        return mtype
+    return f"{mtype} — {first}" if mtype else first
+
+
 @dataclass
 class IndexResult:
     status: str            # created | new_version | duplicate | unchanged
@@ -181,6 +197,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
     with conn.transaction():
         dup = _find_duplicate(conn, scope, viewer, text)
     chunks: list[str] = []
+    by_lines = False
     vectors = None
     timings: dict[str, float] = {}
     writer = PassageWriter(embedder)
@@ -188,11 +205,12 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
     def embed(chunks: list[str]):
         writer.ensure_indexes(conn)
         with wide_threads(len(chunks)), conn.transaction():
-            return writer.prepare(conn, [embed_text_for_passage(mtype, None, c) for c in chunks])
+            heading = passage_headings(mtype, text, by_lines)
+            return writer.prepare(conn, [embed_text_for_passage(heading, None, c) for c in chunks])
 
     if dup is None:
         t = time.perf_counter()
-        chunks = chunk_memory(text, embedder)
+        chunks, by_lines = split_memory(text, embedder, max_chunks=MAX_CHUNKS)
         if len(chunks) > MAX_CHUNKS:
             raise MemoryInputError(f"content makes {len(chunks)} passages; the limit is {MAX_CHUNKS}")
         timings["chunk"] = (time.perf_counter() - t) * 1000
@@ -211,8 +229,9 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
         if dup is not None:
             return merged(dup, "unchanged" if (dup[3] == viewer.agent and dup[1] == aid) else "duplicate")
         if vectors is None:  # the duplicate vanished between the two checks (forgotten): embed now
-            chunks = chunk_memory(text, embedder)
-            vectors = writer.prepare(conn, [embed_text_for_passage(mtype, None, c) for c in chunks])
+            chunks, by_lines = split_memory(text, embedder, max_chunks=MAX_CHUNKS)
+            vectors = writer.prepare(conn, [embed_text_for_passage(passage_headings(mtype, text, by_lines), None, c)
+                                            for c in chunks])
         prev = conn.execute("SELECT id, version FROM memories WHERE agent = %(agent)s AND artifact_id = %(aid)s "
                             "ORDER BY version DESC LIMIT 1", params).fetchone()
         version = (prev[1] + 1) if prev else 1
@@ -233,9 +252,10 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
              "chunks": len(chunks)}).fetchone()
         rec = _record(row)
         tsc = ts_config_for_language(conn, memory_language(text))
+        heading = passage_headings(mtype, text, by_lines)
         writer.insert(conn, [
-            PassageRow(content=c, embed_text=embed_text_for_passage(mtype, None, c), source="memory", kind="memory",
-                       ordinal=i, heading=mtype, ts_config=tsc, scope=scope, agent=viewer.agent,
+            PassageRow(content=c, embed_text=embed_text_for_passage(heading, None, c), source="memory", kind="memory",
+                       ordinal=i, heading=heading, ts_config=tsc, scope=scope, agent=viewer.agent,
                        department=viewer.department, memory_id=rec["id"]) for i, c in enumerate(chunks)], vectors)
     timings["write"] = (time.perf_counter() - write_started) * 1000
     return IndexResult("new_version" if prev else "created", rec, len(chunks),
@@ -291,10 +311,15 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
         by_pid = {r[0]: _record(r[1:]) for r in rows}
         results: list[dict[str, Any]] = []
         seen: set = set()
+        passage_scores: dict[int, list[float]] = {}
         for r in resp.results:
             if r.source == "memory":
                 rec = by_pid.get(r.passage_id)
-                if rec is None or rec["id"] in seen:
+                if rec is None:
+                    continue
+                if r.heading != rec["type"]:   # cut between lines (passage_headings): disjoint passages
+                    passage_scores.setdefault(rec["id"], []).append(r.score)
+                if rec["id"] in seen:
                     continue
                 seen.add(rec["id"])
                 results.append({"id": rec["id"], "content": r.text, "score": r.score,
@@ -305,6 +330,10 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
                 results.append({"id": f"passage:{r.passage_id}", "content": r.text, "score": r.score,
                                 "source": r.source, "lanes": dict(r.lanes),
                                 "meta": {"path": r.path, "title": r.title, "location": r.location}})
+        for r in results:
+            if r["source"] == "memory" and r["id"] in passage_scores:
+                r["score"] = record_score(passage_scores[r["id"]])
+        results.sort(key=lambda r: -r["score"])
         results = _read_in_context(conn, viewer, results, pool_only=bool(filter),
                                    share=NEIGHBOUR_SHARE if thread_share is None else thread_share)
         for r in results:
@@ -314,6 +343,25 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
         _log_access(conn, viewer, [r["id"] for r in returned if r["source"] == "memory"], "search", resp.query)
     return {"results": returned, "total_found": total, "returned": len(returned), "query": resp.query,
             "score_kind": resp.score_kind, "warnings": list(resp.warnings)}
+
+
+# A record cut between its lines (a session saved as one note) is scored by its passages in
+# the fused pool, best first: the best one's, plus half the second's, plus a quarter the
+# third's - a note that answers in several places is likelier the one asked about than one
+# that matches once. On LoCoMo's dev half (136 session notes cut between lines, 786
+# questions, R@5 over sessions replayed over the captured fused pools): the best passage
+# alone 0.8722; weights (1, 0.5) 0.8766, (1, 0.5, 0.25) 0.8793, (1, 0.5, 0.25, 0.125)
+# 0.8809, (1, 1) 0.8774, (1, 1, 1) 0.8789, every passage at 0.5^i 0.8771, 0.7^i 0.8717;
+# measured end to end: 0.8711 -> 0.8792. Records cut into overlapping windows (prose)
+# keep their best passage: two windows of one paragraph share text, and summing them put
+# a two-window paragraph above the one-window answer in the precision set (m75). A record of
+# one passage (a turn, a short note) scores exactly as before.
+PASSAGE_WEIGHTS = (1.0, 0.5, 0.25)
+
+
+def record_score(scores: list[float]) -> float:
+    """A memory record's score from its passages' fused scores (PASSAGE_WEIGHTS)."""
+    return sum(w * s for w, s in zip(PASSAGE_WEIGHTS, sorted(scores, reverse=True)))
 
 
 def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dict[str, Any]], *,
