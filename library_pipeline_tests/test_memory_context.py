@@ -230,6 +230,26 @@ def test_eval_memory_command_writes_both_units(tmp_path, make_db):
     assert bad.exit_code != 0 and "c9" in bad.output
 
 
+def test_the_session_unit_is_measured_in_its_own_database(tmp_path, make_db, embedder):
+    """The units' records would change each other's figures (one background sample of
+    the database's passages calibrates both): beside a library, the turns and the session
+    notes each get an evaluation database of their own."""
+    from library_pipeline.eval.beir import eval_database, release
+    from library_pipeline.eval.locomo import SESSIONS_AGENT, load_locomo, run_locomo_eval
+
+    base = make_db()
+    lset = load_locomo(write_locomo(tmp_path / "tiny_locomo"))
+    result = run_locomo_eval(base, embedder, lset, dense_models=[])
+    assert result.sessions["records"] == 3 and result.systems["memory"]["recall@10"] == pytest.approx(1.0)
+    for name, agents in (("locomo", {"c1", "c2"}), ("locomo_sessions", {SESSIONS_AGENT})):
+        db = eval_database(name, base=base)
+        try:
+            with db.connect() as conn:
+                assert {a for (a,) in conn.execute("SELECT DISTINCT agent FROM memories")} == agents, name
+        finally:
+            release(db)
+
+
 def test_locomo_check_skips_without_data_and_runs_with_it(db, tmp_path, monkeypatch):
     import dagster as dg
 

@@ -309,39 +309,40 @@ def percentile(ms: list[float], q: float) -> float:
     return round(s[min(int(len(s) * q), len(s) - 1)], 1) if s else 0.0
 
 
-def loaded_as(conn: psycopg.Connection, lset: LocomoSet, sessions: bool) -> bool:
-    """Whether the database holds what loading `lset` would write (agent -> records; other
-    agents' records are invisible to the set's questions and may stay)."""
-    want = {conv: len(turns) for conv, turns in lset.turns.items()}
-    if sessions:
-        want[SESSIONS_AGENT] = len(session_notes(lset))
+def loaded_as(conn: psycopg.Connection, want: dict[str, int]) -> bool:
+    """Whether the database holds what a load would write (agent -> records; other agents'
+    records are invisible to the set's questions and may stay)."""
     have = dict(conn.execute("SELECT agent, count(*) FROM memories WHERE NOT superseded GROUP BY agent").fetchall())
     conn.commit()
     return all(have.get(agent) == n for agent, n in want.items())
 
 
 def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_models: list | None = None,
-                    sessions: bool = True, config: SearchConfig | None = None, cache_dir: Path | None = None,
-                    progress: bool = False, reuse: bool = False, thread_share: float | None = None,
-                    clients: int = CLIENTS) -> LocomoResult:
+                    sessions: bool = True, sessions_db: Database | None = None, config: SearchConfig | None = None,
+                    cache_dir: Path | None = None, progress: bool = False, reuse: bool = False,
+                    thread_share: float | None = None, clients: int = CLIENTS) -> LocomoResult:
     """Load `lset` into `db` (emptied first) through index_memory, ask every question through
-    search_memory, score it beside the anchors; and the session unit when `sessions`.
-    `reuse`: keep what an earlier run loaded when it is this set (a search-side change
-    needs no reload; loading the dev half takes minutes). `clients`: agents indexing at once."""
+    search_memory, score it beside the anchors; and the session unit when `sessions`, in
+    `sessions_db` (default: `db`, after the turns). `reuse`: keep what an earlier run loaded
+    when it is this set (a search-side change needs no reload; loading the dev half takes
+    minutes). `clients`: agents indexing at once."""
     from tqdm import tqdm
 
     timings: dict[str, Any] = {}
     questions = [(q["qid"], q["conversation"], q["question"]) for q in lset.questions]
+    notes = session_notes(lset) if sessions else {}
+    together = sessions and (sessions_db is None or sessions_db is db)
     with db.connect() as conn:
-        if reuse and loaded_as(conn, lset, sessions):
+        want = {conv: len(turns) for conv, turns in lset.turns.items()}
+        if reuse and loaded_as(conn, want | ({SESSIONS_AGENT: len(notes)} if together else {})):
             timings["index"] = {"reused": True}
         else:
             reset_memories(conn)
             total = sum(len(t) for t in lset.turns.values())
             with tqdm(total=total, desc="index turns", unit="rec", disable=not progress) as bar:
                 timings["index"] = load_turns(db, embedder, lset, clients=clients, tick=lambda: bar.update(1))
-            if sessions:
-                timings["index_sessions"] = load_sessions(conn, embedder, session_notes(lset))
+            if together:
+                timings["index_sessions"] = load_sessions(conn, embedder, notes)
             # the steady state of a live library, where the lexeme_df asset has run since
             refresh_lexeme_df(conn)
             conn.commit()
@@ -349,21 +350,30 @@ def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_
             rankings, ms = ask(conn, embedder, questions, config=config, thread_share=thread_share,
                                tick=lambda: bar.update(1))
         timings["search"] = {"p50_ms": percentile(ms, 0.5), "p95_ms": percentile(ms, 0.95)}
-        systems = {"memory": score_turns(lset, turn_run(lset, rankings))}
-        session_scores: dict[str, Any] = {}
-        if sessions:
+    systems = {"memory": score_turns(lset, turn_run(lset, rankings))}
+    session_scores: dict[str, Any] = {}
+    if sessions:
+        with (db if together else sessions_db).connect() as conn:
+            if not together:
+                if reuse and loaded_as(conn, {SESSIONS_AGENT: len(notes)}):
+                    timings["index_sessions"] = {"reused": True}
+                else:
+                    reset_memories(conn)
+                    timings["index_sessions"] = load_sessions(conn, embedder, notes)
+                    refresh_lexeme_df(conn)
+                    conn.commit()
             asked = [(qid, SESSIONS_AGENT, text) for qid, _, text in questions]
             srank, sms = ask(conn, embedder, asked, config=config, thread_share=thread_share)
-            values = per_query(session_qrels(lset), {q: ranking_to_run(r) for q, r in srank.items()},
-                               SESSION_MEASURES)
-            session_scores = {k: _mean(v.values()) for k, v in values.items()}
-            session_scores["categories"] = {
-                name: {k: _mean(values[k][q["qid"]] for q in lset.questions if int(q["category"]) == cat)
-                       for k in values}
-                for cat, name in CATEGORIES.items() if any(int(q["category"]) == cat for q in lset.questions)}
-            session_scores["records"] = len(session_notes(lset))
-            session_scores["per_query"] = values
-            timings["search_sessions"] = {"p50_ms": percentile(sms, 0.5), "p95_ms": percentile(sms, 0.95)}
+        values = per_query(session_qrels(lset), {q: ranking_to_run(r) for q, r in srank.items()},
+                           SESSION_MEASURES)
+        session_scores = {k: _mean(v.values()) for k, v in values.items()}
+        session_scores["categories"] = {
+            name: {k: _mean(values[k][q["qid"]] for q in lset.questions if int(q["category"]) == cat)
+                   for k in values}
+            for cat, name in CATEGORIES.items() if any(int(q["category"]) == cat for q in lset.questions)}
+        session_scores["records"] = len(notes)
+        session_scores["per_query"] = values
+        timings["search_sessions"] = {"p50_ms": percentile(sms, 0.5), "p95_ms": percentile(sms, 0.95)}
     t = time.perf_counter()
     for name, run in anchor_turn_runs(lset, list(dense_models or []), cache_dir=cache_dir).items():
         systems[name] = score_turns(lset, run)
@@ -374,11 +384,22 @@ def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_
 
 def run_locomo_eval(base: Database | None, embedder: Embedder, lset: LocomoSet, *, dsn: str | None = None,
                     **kw: Any) -> LocomoResult:
-    """`evaluate_locomo` in the `library_eval_locomo` database beside `base` (or `dsn`)."""
+    """`evaluate_locomo` in the `library_eval_locomo` database beside `base` (or `dsn`), the
+    session unit in `library_eval_locomo_sessions` beside it (with `dsn` or LIBRARY_EVAL_DSN:
+    in that one database, after the turns).
+
+    Apart because the units' records change each other's figures: the calibrated fusion
+    measures a query against a background sample of the database's passages, and the
+    session notes' 1,709 one-line passages in the turns' database lowered the turn unit's
+    recall@10 from 0.7665 to 0.7576 with turn search unchanged."""
     from library_pipeline.eval.beir import eval_database, release
 
     db = eval_database("locomo", dsn=dsn, base=base)
+    given = dsn or db.settings.eval_dsn     # eval_database would give that database again
+    sessions_db = eval_database("locomo_sessions", base=db) if kw.get("sessions", True) and not given else None
     try:
-        return evaluate_locomo(db, embedder, lset, **kw)
+        return evaluate_locomo(db, embedder, lset, sessions_db=sessions_db, **kw)
     finally:
+        if sessions_db is not None:
+            release(sessions_db)
         release(db)
