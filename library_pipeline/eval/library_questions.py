@@ -14,10 +14,10 @@ A question file is what a user can write in a minute, TSV or YAML:
 A file is named by its path relative to the library folder, or by its file name alone
 when that is unique in the library.
 
-Measures, per question and overall:
 Questions are asked as an agent without an identity asks them (shared rows only: no
 agent's private memory stands between a question and its file).
 
+Measures, per question and overall:
 - right file at rank 1: the first passage returned belongs to an answering file;
 - MRR over files: the files of the returned passages in order, each counted at its first
   passage, and the reciprocal rank of the first answering one (0 if none in the top k);
