@@ -138,6 +138,9 @@ def test_a_rare_scripts_weak_candidate_ranks_after_every_same_script_one():
         z = {"multilingual": {9: z9, 1: 3.0, 2: 0.5}, "vector": {1: 3.0, 2: 0.5}}
         fused = calibrated_fusion([(vec, 1.0), (multi, 1.0)], zscores=z, keyword_share={1: 0.3, 2: 0.01},
                                   readers=readers, k=20, graded_weight=2.0, cross_prior=cross_prior)
+        scores = [f.score for f in fused]
+        assert scores == sorted(scores, reverse=True)     # a caller sorting by score keeps the order
+        assert all(math.isclose(sum(f.parts.values()), f.score) for f in fused)
         return [f.id for f in fused]
 
     assert order(3.0, 0.0) == [1, 9, 2]          # half and half: P alone decides

@@ -380,6 +380,13 @@ def calibrated_fusion(lanes: list[tuple[LaneHits, float]], *, zscores: dict[str,
     share = cross_script_share(cross_prior)
     for pid, p in cross.items():
         pool[pid].demoted = p < share * best_same
+    floor = min((f.score for f in pool.values() if not f.demoted), default=0.0)
+    for item in pool.values():
+        if item.demoted and item.score > floor:
+            # scores stay in rank order for a caller that sorts by them; parts still add up
+            scale = floor / item.score
+            item.parts = {lane: v * scale for lane, v in item.parts.items()}
+            item.score = floor
     return _ordered(pool)
 
 
