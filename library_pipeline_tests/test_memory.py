@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from library_pipeline_tests.search_fixtures import create_database
 from serving.memory import (IdentityError, MemoryInputError, MemoryNotFound, Viewer, forget_memory, get_memory,
                             index_memory, load_identities, parse_identities, search_memory)
-from serving.memory.chunk import chunk_memory, split_memory
+from serving.memory.chunk import split_memory
 from serving.memory.store import MAX_CONTENT_CHARS, record_score
 
 A = Viewer("Agent-Scout", "marketing")
@@ -158,7 +158,7 @@ def test_long_artifact_is_chunked_and_each_part_is_found(conn, embedder):
     assert res["results"][0]["id"] == r.record["id"] and "Jebel Ali" in res["results"][0]["content"]
     assert [x["id"] for x in res["results"]].count(r.record["id"]) == 1  # one result per record
     assert get_memory(conn, A, r.record["id"])["content"] == text
-    assert chunk_memory("short", embedder) == ["short"]
+    assert split_memory("short", embedder) == (["short"], False)
 
 
 

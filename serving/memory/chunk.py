@@ -31,14 +31,6 @@ LINE_TOKENS = 64
 MIN_LINES = 4
 
 
-def chunk_memory(text: str, embedder: Embedder, *, max_tokens: int | None = None,
-                 overlap: int = OVERLAP_TOKENS, line_tokens: int | None = LINE_TOKENS,
-                 max_chunks: int | None = None) -> list[str]:
-    """`text` as passages of at most the embedder's window (split_memory's passages)."""
-    return split_memory(text, embedder, max_tokens=max_tokens, overlap=overlap, line_tokens=line_tokens,
-                        max_chunks=max_chunks)[0]
-
-
 def split_memory(text: str, embedder: Embedder, *, max_tokens: int | None = None,
                  overlap: int = OVERLAP_TOKENS, line_tokens: int | None = LINE_TOKENS,
                  max_chunks: int | None = None) -> tuple[list[str], bool]:
