@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 
-from serving.search.calibration import (MODELS, PoolEvidence, bm25_ceiling, calibrated_fusion, cross_script_share,
-                                        keyword_evidence, probability, readers_of, script_prior)
+from serving.search.calibration import (DISPLACED, MODELS, PoolEvidence, bm25_ceiling, calibrated_fusion,
+                                        cross_script_share, keyword_evidence, probability, readers_of,
+                                        script_prior)
 from serving.search.language import word_scripts
 from serving.search.lanes import LaneHits
 
@@ -146,3 +147,30 @@ def test_a_rare_scripts_weak_candidate_ranks_after_every_same_script_one():
     assert order(3.0, 0.0) == [1, 9, 2]          # half and half: P alone decides
     assert order(3.0, prior) == [1, 2, 9]        # rare script, weaker than the best English: last
     assert order(8.0, prior)[0] == 9            # rare script, sure of itself: first
+
+
+def test_a_cross_script_candidate_is_held_against_the_first_page_under_the_model_that_reads_both():
+    """An English page the BM25 share undersells (OCR spelling) but the multilingual model
+    ranks high sets the bar for a Russian passage that model half-matches: the Russian one
+    ranks after it although its own P is higher. A same-script candidate below the first
+    DISPLACED by P does not count: the Russian passage would not push it off the page."""
+    prior = math.log(935 / 4190)
+    z_cross = 3.3
+    multi = LaneHits("multilingual", [9, 2, 1], [0.5, 0.45, 0.3], graded=True)
+
+    def order(firsts: int) -> list[int]:
+        strong = list(range(100, 100 + firsts))        # well-read English pages, modest multilingual z
+        same = [1, 2, *strong]
+        readers = {pid: {"vector", "keyword", "multilingual"} for pid in same} | {9: {"multilingual"}}
+        vec = LaneHits("vector", same, [0.3] * len(same), graded=True)
+        z = {"multilingual": {9: z_cross, 1: 0.5, 2: 3.0} | {pid: 0.5 for pid in strong},
+             "vector": {1: 0.5, 2: 2.0} | {pid: 0.6 for pid in strong}}
+        shares = {1: 0.3, 2: 0.01} | {pid: 0.3 for pid in strong}
+        fused = calibrated_fusion([(vec, 1.0), (multi, 1.0)], zscores=z, keyword_share=shares, readers=readers,
+                                  k=20, graded_weight=2.0, cross_prior=prior)
+        return [f.id for f in fused]
+
+    p_cross = probability({"multilingual": z_cross}, prior)[0]
+    assert probability({"vector": 2.0, "multilingual": 3.0, "keyword": 0.01})[0] < p_cross   # P alone: 9 above 2
+    assert order(0)[-1] == 9                       # page 2 is on the first page: 9 after it
+    assert order(DISPLACED)[0] == 9                # page 2 is sixth: 9 ranks by its P
