@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from library_pipeline_tests.search_fixtures import create_database
 from serving.memory import Viewer, index_memory, search_memory
-from serving.memory.context import NEIGHBOUR_SHARE, WINDOW, with_thread_context
+from serving.memory.context import (ASKING, NEIGHBOUR_SHARE, OTHER_SPEAKER, WINDOW, named_speaker, turn_weight,
+                                    with_thread_context)
 
 ME = Viewer("Agent-Chat")
 OTHER = Viewer("Agent-Other")
@@ -67,25 +68,66 @@ def _ranked(conn, embedder, query: str, share: float | None = None, **kw) -> lis
     return [r["id"] for r in out["results"]]
 
 
-def test_thread_records_gain_their_neighbours_share(conn, embedder, loaded):
-    query = "What did Caroline research?"
+def _context_scores(conn, embedder, query: str) -> tuple[dict[int, float], dict[int, float]]:
     alone = search_memory(conn, embedder, ME, query, top_k=20, thread_share=0.0)["results"]
     context = search_memory(conn, embedder, ME, query, top_k=20)["results"]
-    before = {r["id"]: r["score"] for r in alone}
-    after = {r["id"]: r["score"] for r in context}
-    order = [loaded[aid] for aid, _ in THREAD]
+    assert [r["score"] for r in context] == sorted((r["score"] for r in context), reverse=True)
+    return {r["id"]: r["score"] for r in alone}, {r["id"]: r["score"] for r in context}
+
+
+def _expected(before: dict[int, float], order: list[int], weights: list[float]) -> list[float]:
+    """score + share x the best neighbour's fused score (halved per step beyond the first),
+    then times the turn's weight."""
+    out = []
     for i, rid in enumerate(order):
-        # the best of: the neighbour before / after at full share, two steps away at half
         gains = [NEIGHBOUR_SHARE * before[order[j]] / 2 ** (abs(i - j) - 1)
                  for j in range(len(order)) if 0 < abs(i - j) <= WINDOW]
-        assert after[rid] == pytest.approx(before[rid] + max(gains), abs=1e-5), f"{i} {before} {after} {order}"
+        out.append((before[rid] + max(gains)) * weights[i])
+    return out
+
+
+def test_thread_records_gain_their_neighbours_share(conn, embedder, loaded):
+    # the query names no speaker: only the turn that ends asking counts ASKING x its score
+    before, after = _context_scores(conn, embedder, "What did she research?")
+    order = [loaded[aid] for aid, _ in THREAD]
+    for rid, want in zip(order, _expected(before, order, [1.0, ASKING, 1.0, 1.0])):
+        assert after[rid] == pytest.approx(want, abs=1e-5), f"{before} {after} {order}"
     # the answer, which shares no word with the question, gains at least half the question
-    # turn's score; results are in order of the new score
+    # turn's score
     answer, question = loaded["s1:3"], loaded["s1:2"]
     assert after[answer] - before[answer] >= NEIGHBOUR_SHARE * before[question] - 1e-5
-    assert [r["score"] for r in context] == sorted((r["score"] for r in context), reverse=True)
     # the other agent's record never appears: neighbours are read under the viewer's visibility
     assert loaded["other"] not in after
+
+
+def test_a_question_naming_a_speaker_weighs_the_other_speakers_turns_less(conn, embedder, loaded):
+    """"What did Caroline research?" is answered by Caroline's turns: Melanie's count
+    OTHER_SPEAKER x their score (her asking turn ASKING x that again); the shares their
+    neighbours gain are taken from the fused scores, before the weights."""
+    before, after = _context_scores(conn, embedder, "What did Caroline research?")
+    order = [loaded[aid] for aid, _ in THREAD]
+    weights = [1.0, OTHER_SPEAKER * ASKING, 1.0, OTHER_SPEAKER]
+    for rid, want in zip(order, _expected(before, order, weights)):
+        assert after[rid] == pytest.approx(want, abs=1e-5), f"{before} {after} {order}"
+    assert after[loaded["s1:3"]] > after[loaded["s1:2"]] and after[loaded["s1:1"]] > after[loaded["s1:4"]]
+    # records without a thread keep their score whoever the query names
+    for aid in ("n1", "n2", "n3", "n4", "n5"):
+        rid = loaded[aid]
+        if rid in before and rid in after:
+            assert after[rid] == pytest.approx(before[rid])
+
+
+def test_turn_weights_read_the_speaker_named_and_a_closing_question():
+    assert named_speaker("What books has tim read?", {"Tim", "John"}) == "Tim"
+    assert named_speaker("What did Tim and John plan?", {"Tim", "John"}) is None      # both: no rule
+    assert named_speaker("Where did Timothy go? Annual plans?", {"Tim", "Ann"}) is None  # whole words only
+    assert named_speaker("Melanie's kids", {"Melanie", "Caroline"}) == "Melanie"
+    turn = {"thread": "s1", "speaker": "John"}
+    assert turn_weight("John: I read a novel.", turn, "Tim") == OTHER_SPEAKER
+    assert turn_weight("John: I read a novel. And you? ", turn, "John") == ASKING
+    assert turn_weight("John: And you?", turn, "Tim") == OTHER_SPEAKER * ASKING
+    assert turn_weight("John: And you?", turn, "Tim", whole=False) == OTHER_SPEAKER   # a passage of a long record
+    assert turn_weight("And you?", {"speaker": "John"}, "Tim") == 1.0                 # no thread: as before
 
 
 def test_records_without_a_thread_rank_as_before(conn, embedder, loaded):

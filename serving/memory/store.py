@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import split_memory
-from serving.memory.context import NEIGHBOUR_SHARE, with_thread_context
+from serving.memory.context import NEIGHBOUR_SHARE, named_speaker, turn_weight, with_thread_context
 from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
 from serving.memory.validation import (
@@ -283,7 +283,8 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
     depth, at most 100 passages) that the caller may see - never hidden ones, since
     the visibility clause is inside every lane's SQL - and the thread neighbours that
     joined it (serving/memory/context.py; `thread_share` overrides NEIGHBOUR_SHARE,
-    0 = records read alone, for the evaluation)."""
+    0 = records read alone, for the evaluation). Read in context, a conversation turn is
+    also weighed by who spoke and whether it asks (context.turn_weight)."""
     from serving.search.engine import search
 
     viewer = require_identity(viewer)
@@ -312,6 +313,7 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
         results: list[dict[str, Any]] = []
         seen: set = set()
         passage_scores: dict[int, list[float]] = {}
+        chunks: dict[int, int] = {}
         for r in resp.results:
             if r.source == "memory":
                 rec = by_pid.get(r.passage_id)
@@ -322,6 +324,7 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
                 if rec["id"] in seen:
                     continue
                 seen.add(rec["id"])
+                chunks[rec["id"]] = rec["chunks"]
                 results.append({"id": rec["id"], "content": r.text, "score": r.score,
                                 "source": "memory", "lanes": dict(r.lanes), "meta": _public_meta(rec)})
             else:
@@ -335,7 +338,8 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
                 r["score"] = record_score(passage_scores[r["id"]])
         results.sort(key=lambda r: -r["score"])
         results = _read_in_context(conn, viewer, results, pool_only=bool(filter),
-                                   share=NEIGHBOUR_SHARE if thread_share is None else thread_share)
+                                   share=NEIGHBOUR_SHARE if thread_share is None else thread_share,
+                                   query=resp.query, chunks=chunks)
         for r in results:
             r["score"] = round(r["score"], 6)
         total = len(results)
@@ -365,10 +369,14 @@ def record_score(scores: list[float]) -> float:
 
 
 def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dict[str, Any]], *,
-                     pool_only: bool, share: float) -> list[dict[str, Any]]:
+                     pool_only: bool, share: float, query: str = "",
+                     chunks: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """The records re-ranked with their thread neighbours (serving/memory/context.py); a
-    neighbour the lanes did not reach joins with its first passage as content. Library
-    passages (include_library) keep their fused score."""
+    neighbour the lanes did not reach joins with its first passage as content. Then each
+    threaded record's score takes its turn_weight (who spoke, whether it asks; `query`
+    names the speaker, `chunks` says which contents are whole records). Library passages
+    (include_library) keep their fused score."""
+    chunks = dict(chunks or {})
     ranked = [(r["id"], r["score"]) for r in results if r["source"] == "memory"]
     if share <= 0 or not ranked:
         return results
@@ -383,6 +391,7 @@ def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dic
             cols=_RECORD_SQL, vis=vis.clause), {**vis.params, "ids": joined}).fetchall()
         for row in rows:
             rec = _record(row[:-1])
+            chunks[rec["id"]] = rec["chunks"]
             if row[-1] is not None:
                 by_id[rec["id"]] = {"id": rec["id"], "content": row[-1], "score": 0.0, "source": "memory",
                                     "lanes": {}, "meta": _public_meta(rec)}
@@ -390,6 +399,10 @@ def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dic
     for s in scored:
         if s.record_id in by_id:
             memories.append({**by_id[s.record_id], "score": s.total})
+    named = named_speaker(query, {m["meta"]["speaker"] for m in memories if "thread" in m["meta"]
+                                  and isinstance(m["meta"].get("speaker"), str)})
+    for m in memories:
+        m["score"] *= turn_weight(m["content"], m["meta"], named, whole=chunks.get(m["id"]) == 1)
     others = [r for r in results if r["source"] != "memory"]
     return sorted(memories + others, key=lambda r: -r["score"])
 
