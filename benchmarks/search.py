@@ -345,6 +345,9 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
     qs = queries[:n_queries]
     with db.connect() as conn, db.connect() as side:
         n = conn.execute("SELECT count(*) FROM passages").fetchone()[0]
+        # the embedded server's cache decides much of a lane's time at this size (serving/pgconf.py)
+        shared_buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
+        print(f"server shared_buffers: {shared_buffers}")
         lanes = "both vector lanes" if multi is not None else "one vector lane"
         serial_answers: list[list[int]] = []
         side_answers: list[list[int]] = []
@@ -390,7 +393,7 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
         print(f"\nHNSW {lane} (halfvec, m=16, ef_construction=64) recall@10 over", len(rq), "queries:")
         for key, val in r.items():
             print(f"  {key}: {val}")
-    return {"passages": n, "vectors": mode, "build": build, "searches": len(samples), "stages": table,
+    return {"passages": n, "vectors": mode, "shared_buffers": shared_buffers, "build": build, "searches": len(samples), "stages": table,
             "stages_one_connection": stable, "same_top_k_both_ways": f"{same}/{len(serial_answers)}",
             "filtered": {"stages": ftable, "full_k": f"{full_k}/{len(counts)}", "plan": plan_lines},
             "recall": rec}

@@ -3,10 +3,13 @@
 
 initdb's shared_buffers is 128 MB. At 100k passages the two HNSW indexes alone are 237 MB,
 the passages 480 MB and the keyword lane's postings 1 GB, so every search read most of its
-pages from the operating system's cache through that small pool. Measured
-(benchmarks/search.py's corpus, 150 SciFact queries per setting with a second connection,
-two rounds, the box shared with another benchmark): p50 60.5 ms at 128 MB, 46.8 at 512 MB,
-46.2 at 1 GB, 46.9 at 2 GB in the second round; the vector lane alone 10.4 -> 5.7 ms.
+pages from the operating system's cache through that small pool. Measured on
+benchmarks/search.py's 100k corpus (searches as served, with a second connection): idle box,
+p50 / p95 54.8 / 68.7 -> 45.8 / 56.8 ms at 1 GB (vector lane 10.1 -> 6.0 ms, multilingual
+13.6 -> 8.0), filtered to 2% of rows 133.6 -> 79.4 ms; the box shared with another benchmark,
+128 MB and 1 GB alternating by restarts, each warmed by 500 other queries first: 67.3 vs
+53.9 ms; 512 MB / 1 GB / 2 GB in one round under load 46.8 / 46.2 / 46.9 ms (128 MB: 60.5).
+
 Postgres's own guidance is about a quarter of RAM for a dedicated server; this one shares
 the box with the models, so a quarter capped at 1 GB (LIBRARY_PG_SHARED_BUFFERS_MB sets it).
 Shared memory is touched only as pages are read, so an idle library costs nothing for it.
