@@ -408,8 +408,8 @@ def cross_script_share(cross_prior: float) -> float:
     questions about the example library's English books (8 passages in the top 5 of 36
     such questions) although the prior lowers its odds: its P was small, but so was that
     of the English passages it passed. This share against the best same-script P left 2
-    (one question, whose Russian passage beat every English one) and cost the half-and-half XQuAD sets 0 and 0.002
-    nDCG@10. A fixed share instead: 0.25 left 4, 0.5 left 2 and cost those sets 0.005 and
+    (one question, whose Russian passage beat every English one) and cost the
+    half-and-half XQuAD sets 0 and 0.002 nDCG@10. A fixed share instead: 0.25 left 4, 0.5 left 2 and cost those sets 0.005 and
     0.006, 1.0 left 1 and cost 0.020 and 0.009 - there an answer in the other script is
     as likely as one in the question's.
 
