@@ -321,3 +321,97 @@ def test_locomo_check_skips_without_data_and_runs_with_it(db, tmp_path, monkeypa
     # the live memory store was never touched
     with db.connect() as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
+
+
+# -- a long note's lines: who speaks, and whether a line asks ---------------------------------
+
+NOTES = {
+    # the answer: Tim says what he read, among small talk
+    "answer": ["Chat with John, 3 May 2023",
+               "John: Morning! The rain finally stopped over here.",
+               "Tim: I have read two fantasy books this spring, The Name of the Wind and Mistborn, the best books I read in years.",
+               "John: Nice. My team won the league game on Saturday, I scored twice.",
+               "Tim: I also started a history of the Roman roads, slow going so far.",
+               "John: Coach wants extra practice before the final next month.",
+               "Tim: Good luck with it. I am off to the Harry Potter studio tour in June.",
+               "John: Send pictures of the castle model, my kids would love them.",
+               "Tim: Will do. My sister is visiting from Dublin next weekend as well.",
+               "John: Take her to the new bakery on the corner, their bread is great.",
+               "Tim: Good idea, she loves sourdough. Talk soon!"],
+    # the crowd: John asks Tim about books, and Tim answers about something else
+    "crowd": ["Chat with John, 9 May 2023",
+              "John: Tim, what books have you read lately? Which books would you say you have read and liked?",
+              "Tim: Not much, the kitchen eats my evenings.",
+              "John: The match on Sunday was rained off, so we train on Tuesday instead.",
+              "Tim: The tiles arrived broken, so we are waiting on a new delivery.",
+              "John: My cousin is getting married in Porto in the autumn.",
+              "Tim: The plumber comes on Thursday, then the painter next week.",
+              "John: We finally fixed the leaking tap in the bathroom.",
+              "Tim: We may move the fridge to the other wall after all.",
+              "John: Let me know if you need a hand carrying things.",
+              "Tim: Too tired to think about it, to be honest. Talk soon!"],
+}
+# small talk after each note, so both are longer than the embedder's window (cut between lines)
+SMALL_TALK = ["John: The garden is full of tomatoes this summer, far more than we can eat.",
+              "Tim: We had the same with courgettes last year, the neighbours got most of them.",
+              "John: The dog learned to open the back door, which is a problem at night.",
+              "Tim: Ours just sleeps on the sofa all day and snores through the thunderstorms.",
+              "John: The car needs new tyres before the drive to the coast in August.",
+              "Tim: The ferry tickets went up again, so we will take the train this time.",
+              "John: My brother is building a treehouse with his kids, it has a rope ladder.",
+              "Tim: That sounds like a fun weekend project for the whole family.",
+              "John: The heating bill was lower this winter with the new windows.",
+              "Tim: We should get ours replaced too before it gets cold again."]
+
+
+def test_a_long_notes_lines_are_weighed_by_speaker_and_asking(cdb, embedder, monkeypatch):
+    """A conversation saved as one note is cut between its lines and scored by its passages;
+    a question naming Tim ("What books has Tim read?") is answered by Tim's lines, not by
+    John's questions to him that share its words: John's lines count OTHER_SPEAKER, lines
+    ending "?" ASKING (context.lines_weight). Without the weights the note of John's
+    questions ranks first."""
+    from serving.memory import context
+    from serving.memory.store import MEMORY_SEARCH_CONFIG, record_score
+    from serving.search.engine import search
+    from serving.search.types import MAX_TOP_K, SearchFilters
+
+    viewer = Viewer("Agent-Notes")
+    with cdb.connect(autocommit=True) as conn:
+        ids = {}
+        for key, lines in NOTES.items():
+            res = index_memory(conn, embedder, viewer, artifact_id=key, content="\n".join(lines + SMALL_TALK),
+                               meta={"type": "session"})
+            assert res.chunks > 1        # cut between its lines
+            ids[key] = res.record["id"]
+        query = "What books has Tim read?"
+
+        def ranked() -> list[int]:
+            out = search_memory(conn, embedder, viewer, query, top_k=5)
+            return [r["id"] for r in out["results"]]
+
+        assert ranked()[0] == ids["answer"]
+        with monkeypatch.context() as m:
+            m.setattr(context, "OTHER_SPEAKER", 1.0)
+            m.setattr(context, "ASKING", 1.0)
+            assert ranked()[0] == ids["crowd"]
+        # a note's score: record_score of its pooled passages' fused scores, each times its
+        # lines' weight
+        resp = search(conn, embedder, query, top_k=MAX_TOP_K, filters=SearchFilters(viewer=viewer),
+                      config=MEMORY_SEARCH_CONFIG)
+        named = context.named_speaker(resp.query, context.line_speakers([r.text for r in resp.results]))
+        assert named == "Tim"
+        out = {r["id"]: r["score"] for r in search_memory(conn, embedder, viewer, query, top_k=5)["results"]}
+        rows = dict(conn.execute("SELECT id, memory_id FROM passages WHERE memory_id = ANY(%s)",
+                                 (list(ids.values()),)).fetchall())
+        for rid in ids.values():
+            want = record_score([r.score * context.lines_weight(r.text, named) for r in resp.results
+                                 if rows.get(r.passage_id) == rid])
+            assert out[rid] == pytest.approx(want, abs=1e-5)
+    assert context.lines_weight("John: Which books did you read?", "Tim") == OTHER_SPEAKER * ASKING
+    assert context.lines_weight("Tim: I read Dune.", "Tim") == 1.0
+    assert context.lines_weight("Tim: I read Dune.", None) == 1.0
+    assert context.lines_weight("Chat with John, 3 May 2023", "Tim") == 1.0      # no label: never weighed
+    two = "Tim: I read Dune.\nJohn: And you?"
+    a, b = len("Tim: I read Dune."), len("John: And you?")
+    assert context.lines_weight(two, "Tim") == pytest.approx((a + b * OTHER_SPEAKER * ASKING) / (a + b))
+    assert context.line_speakers(["Tim: hi\nuser: hello\nno label here\n12: x"]) == {"Tim", "user"}

@@ -28,7 +28,8 @@ from psycopg.types.json import Jsonb
 
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import split_memory
-from serving.memory.context import NEIGHBOUR_SHARE, named_speaker, turn_weight, with_thread_context
+from serving.memory.context import (NEIGHBOUR_SHARE, line_speakers, lines_weight, named_speaker, turn_weight,
+                                    with_thread_context)
 from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
 from serving.memory.validation import (
@@ -284,7 +285,9 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
     the visibility clause is inside every lane's SQL - and the thread neighbours that
     joined it (serving/memory/context.py; `thread_share` overrides NEIGHBOUR_SHARE,
     0 = records read alone, for the evaluation). Read in context, a conversation turn is
-    also weighed by who spoke and whether it asks (context.turn_weight)."""
+    also weighed by who spoke and whether it asks (context.turn_weight); a note cut between
+    its lines is scored from its passages, each weighed by its lines the same way
+    (context.lines_weight), before record_score."""
     from serving.search.engine import search
 
     viewer = require_identity(viewer)
@@ -312,7 +315,7 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
         by_pid = {r[0]: _record(r[1:]) for r in rows}
         results: list[dict[str, Any]] = []
         seen: set = set()
-        passage_scores: dict[int, list[float]] = {}
+        passage_scores: dict[int, list[tuple[str, float]]] = {}
         chunks: dict[int, int] = {}
         for r in resp.results:
             if r.source == "memory":
@@ -320,7 +323,7 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
                 if rec is None:
                     continue
                 if r.heading != rec["type"]:   # cut between lines (passage_headings): disjoint passages
-                    passage_scores.setdefault(rec["id"], []).append(r.score)
+                    passage_scores.setdefault(rec["id"], []).append((r.text, r.score))
                 if rec["id"] in seen:
                     continue
                 seen.add(rec["id"])
@@ -333,9 +336,11 @@ def search_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer |
                 results.append({"id": f"passage:{r.passage_id}", "content": r.text, "score": r.score,
                                 "source": r.source, "lanes": dict(r.lanes),
                                 "meta": {"path": r.path, "title": r.title, "location": r.location}})
+        # a note's lines weighed by who speaks and whether they ask (context.lines_weight)
+        named = named_speaker(resp.query, line_speakers([t for ps in passage_scores.values() for t, _ in ps]))
         for r in results:
             if r["source"] == "memory" and r["id"] in passage_scores:
-                r["score"] = record_score(passage_scores[r["id"]])
+                r["score"] = record_score([s * lines_weight(t, named) for t, s in passage_scores[r["id"]]])
         results.sort(key=lambda r: -r["score"])
         results = _read_in_context(conn, viewer, results, pool_only=bool(filter),
                                    share=NEIGHBOUR_SHARE if thread_share is None else thread_share,

@@ -1,0 +1,157 @@
+"""The session unit's ranking rules scored in seconds (the companion of memory_replay.py):
+each question's fused passage pool is captured once from the real `search_memory` over the
+session notes (`library_eval_locomo_sessions`, agent `locomo-sessions`), with each passage's
+record, position and text; then a note's score from its passages is replayed per variant.
+
+    LIBRARY_HOME=... PYTHONPATH=. .venv/bin/python benchmarks/memory_session_replay.py \
+        ../shared/data/locomo_dev --cache /tmp/memory_session_replay.pkl
+
+The notes must already be loaded (`library eval memory ../shared/data/locomo_dev`); the
+capture is kept in --cache and reused. The "shipped" row is what `library eval memory
+--reuse` reports for the session unit (ties in score aside). Rows: R@5 and MRR@10 over
+sessions, R@5 per category and per conversation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pickle
+from pathlib import Path
+
+from library_pipeline.eval.beir import eval_database
+from library_pipeline.eval.locomo import CATEGORIES, EVAL_CONFIG, SESSIONS_AGENT, load_locomo, session_of
+from serving.memory import context as ctx
+from serving.memory import store
+from serving.search import engine
+from serving.search.types import MAX_TOP_K, Viewer
+
+
+def capture(folder: str, cache: Path) -> dict:
+    if cache.exists():
+        return pickle.loads(cache.read_bytes())
+    from library_pipeline.eval.cli import _embedder
+
+    lset = load_locomo(folder)
+    embedder = _embedder()
+    db = eval_database("locomo_sessions")
+    seen: list = []
+    real = engine.search
+
+    def spy(*a, **kw):
+        resp = real(*a, **kw)
+        seen.append(resp)
+        return resp
+
+    engine.search = spy
+    pools, shipped = {}, {}
+    try:
+        with db.connect() as conn:
+            rows = conn.execute(
+                "SELECT m.id, m.artifact_id, m.chunks FROM memories m WHERE m.agent = %s AND NOT m.superseded",
+                (SESSIONS_AGENT,)).fetchall()
+            records = {rid: {"aid": aid, "chunks": chunks} for rid, aid, chunks in rows}
+            passages = {pid: (mid, ordinal, content, heading) for pid, mid, ordinal, content, heading in conn.execute(
+                "SELECT p.id, p.memory_id, p.ordinal, p.content, p.heading FROM passages p JOIN memories m "
+                "ON m.id = p.memory_id WHERE m.agent = %s AND NOT p.superseded", (SESSIONS_AGENT,)).fetchall()}
+            conn.commit()
+            for q in lset.questions:
+                seen.clear()
+                out = store.search_memory(conn, embedder, Viewer(agent=SESSIONS_AGENT), q["question"],
+                                          top_k=MAX_TOP_K, config=EVAL_CONFIG)
+                conn.rollback()
+                resp = seen[0]
+                pools[q["qid"]] = {"query": resp.query, "pool": [(r.passage_id, r.score) for r in resp.results
+                                                                  if r.source == "memory"]}
+                shipped[q["qid"]] = [r["id"] for r in out["results"] if r["source"] == "memory"]
+    finally:
+        engine.search = real
+    data = {"questions": lset.questions, "pools": pools, "records": records, "passages": passages,
+            "shipped": shipped}
+    cache.write_bytes(pickle.dumps(data))
+    return data
+
+
+def rank(data: dict, note_score) -> dict[str, list[int]]:
+    """qid -> record ids best first; note_score(named, [(passage text, fused score)] of one
+    record) -> the record's score, `named` the speaker the query names among the labels of
+    the pool's lines (context.named_speaker over context.line_speakers)."""
+    out = {}
+    passages = data["passages"]
+    for qid, p in data["pools"].items():
+        per: dict[int, list] = {}
+        for pid, s in p["pool"]:
+            per.setdefault(passages[pid][0], []).append((passages[pid][2], s))
+        named = ctx.named_speaker(p["query"], ctx.line_speakers([passages[pid][2] for pid, _ in p["pool"]]))
+        scores = {rid: note_score(named, ps) for rid, ps in per.items()}
+        out[qid] = [rid for rid, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))]
+    return out
+
+
+def metrics(data: dict, ranked: dict[str, list[int]]) -> dict:
+    records = data["records"]
+    per = {}
+    for q in data["questions"]:
+        gold = {f"{q['conversation']}:{session_of(e)}" for e in q["evidence"]}
+        ids = [records[r]["aid"] for r in ranked[q["qid"]]]
+        r5 = len(set(ids[:5]) & gold) / len(gold)
+        rr = next((1 / (i + 1) for i, a in enumerate(ids[:10]) if a in gold), 0.0)
+        per[q["qid"]] = (r5, rr)
+    return per
+
+
+def score(data: dict, ranked: dict[str, list[int]], label: str) -> float:
+    per = metrics(data, ranked)
+    qs = data["questions"]
+
+    def mean(sub, i=0):
+        return sum(per[q["qid"]][i] for q in sub) / len(sub)
+
+    cats = " ".join(f"{name[:5]} {mean([q for q in qs if int(q['category']) == c]):.3f}"
+                    for c, name in CATEGORIES.items())
+    convs = " ".join(f"{c[5:]} {mean([q for q in qs if q['conversation'] == c]):.3f}"
+                     for c in sorted({q["conversation"] for q in qs}))
+    print(f"{label:34s} R@5 {mean(qs):.4f} MRR {mean(qs, 1):.4f} | {cats} | {convs}", flush=True)
+    return mean(qs)
+
+
+def weighed(other: float, asking: float, weights=None):
+    """The note's score with its lines weighed at these constants (context.lines_weight)."""
+    def rule(named, ps):
+        ctx.OTHER_SPEAKER, ctx.ASKING = other, asking
+        try:
+            scores = [s * ctx.lines_weight(t, named) for t, s in ps]
+        finally:
+            ctx.OTHER_SPEAKER, ctx.ASKING = shipped
+        if weights is None:
+            return store.record_score(scores)
+        return sum(w * s for w, s in zip(weights, sorted(scores, reverse=True)))
+    return rule
+
+
+shipped = (ctx.OTHER_SPEAKER, ctx.ASKING)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/memory_session_replay.pkl"))
+    args = ap.parse_args()
+    logging.getLogger("serving").setLevel(logging.WARNING)
+    data = capture(args.folder, args.cache)
+    score(data, data["shipped"], "search_memory as captured")
+    score(data, rank(data, lambda named, ps: max(s for _, s in ps)), "best passage")
+    score(data, rank(data, weighed(1.0, 1.0)), "best + 1/2 + 1/4, lines unweighed")
+    score(data, rank(data, weighed(shipped[0], 1.0)), "speaker weight only")
+    score(data, rank(data, weighed(1.0, shipped[1])), "asking weight only")
+    score(data, rank(data, weighed(*shipped)), "shipped")
+    for other in (0.0, 0.3, 0.7):
+        score(data, rank(data, weighed(other, shipped[1])), f"speaker {other}, asking {shipped[1]}")
+    for asking in (0.0, 0.3, 0.7):
+        score(data, rank(data, weighed(shipped[0], asking)), f"speaker {shipped[0]}, asking {asking}")
+    for weights in ((1.0,), (1.0, 0.5, 0.25, 0.125), (1.0, 1.0, 1.0)):
+        score(data, rank(data, weighed(*shipped, weights=weights)), f"shipped weights, passages {weights}")
+
+
+if __name__ == "__main__":
+    main()
