@@ -396,8 +396,8 @@ def test_a_long_notes_lines_are_weighed_by_speaker_and_asking(cdb, embedder, mon
             assert ranked()[0] == ids["crowd"]
         # a note's score: record_score of its pooled passages' fused scores, each times its
         # lines' weight
-        resp = search(conn, embedder, query, top_k=MAX_TOP_K, filters=SearchFilters(viewer=viewer),
-                      config=MEMORY_SEARCH_CONFIG)
+        resp = search(conn, embedder, query, top_k=MAX_TOP_K, config=MEMORY_SEARCH_CONFIG,
+                      filters=SearchFilters(viewer=viewer, sources=("memory",)))   # as search_memory asks
         named = context.named_speaker(resp.query, context.line_speakers([r.text for r in resp.results]))
         assert named == "Tim"
         out = {r["id"]: r["score"] for r in search_memory(conn, embedder, viewer, query, top_k=5)["results"]}

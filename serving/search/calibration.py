@@ -86,16 +86,21 @@ class _Sample:
 
 
 class Background:
-    """A fixed sample of each model's passage vectors per database, kept in the process:
-    the query's similarity to it (mean, spread) is what a z-score stands against."""
+    """A fixed sample of each model's passage vectors per database and set of sources (the
+    search's: engine.DOCUMENT_SOURCES or memories), kept in the process: the query's
+    similarity to it (mean, spread) is what a z-score stands against."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._samples: dict[tuple[str, str, str], _Sample] = {}
 
     def stats(self, conn: psycopg.Connection, column: str, model: str, dims: int,
-              qvec: np.ndarray) -> tuple[float, float] | None:
-        sample = self._sample(conn, column, model, dims)
+              qvec: np.ndarray, sources: tuple[str, ...] | None = None) -> tuple[float, float] | None:
+        """(mean, spread) of the query's similarity to the sample of `sources`' passages (all
+        passages when None, or when those sources hold too few)."""
+        sample = self._sample(conn, column, model, dims, tuple(sorted(sources)) if sources else None)
+        if sources and (sample is None or len(sample.vectors) < 8):
+            sample = self._sample(conn, column, model, dims, None)
         if sample is None or len(sample.vectors) < 8:
             return None
         q = np.asarray(qvec, dtype=np.float32)
@@ -103,9 +108,10 @@ class Background:
         sd = float(sims.std())
         return float(sims.mean()), (sd if sd > 1e-6 else 1e-6)
 
-    def _sample(self, conn: psycopg.Connection, column: str, model: str, dims: int) -> _Sample | None:
+    def _sample(self, conn: psycopg.Connection, column: str, model: str, dims: int,
+                sources: tuple[str, ...] | None) -> _Sample | None:
         info = conn.info
-        key = (f"{info.host}:{info.port}/{info.dbname}", column, model)
+        key = (f"{info.host}:{info.port}/{info.dbname}", column, model, sources)
         now = time.monotonic()
         with self._lock:
             have = self._samples.get(key)
@@ -121,9 +127,11 @@ class Background:
         # call (a TABLESAMPLE would move each query's z-scores at random)
         found = conn.execute(sql.SQL(
             "SELECT {col}::vector({dims})::text FROM passages WHERE {model_col} = %s AND summary_level = 0 "
-            "AND {col} IS NOT NULL ORDER BY (id * 2654435761) %% 4294967296 LIMIT %s").format(
+            "AND {col} IS NOT NULL AND (%s::text[] IS NULL OR source = ANY(%s::text[])) "
+            "ORDER BY (id * 2654435761) %% 4294967296 LIMIT %s").format(
                 col=sql.Identifier(column), dims=sql.SQL(str(int(dims))), model_col=sql.Identifier(model_col)),
-            (model, BACKGROUND_SIZE)).fetchall()
+            (model, list(sources) if sources else None, list(sources) if sources else None,
+             BACKGROUND_SIZE)).fetchall()
         if not found:
             return None
         vectors = np.array([[float(x) for x in text.strip("[]").split(",")] for (text,) in found], dtype=np.float32)
@@ -217,9 +225,11 @@ def pool_evidence(conn: psycopg.Connection, ids: list[int], probes: list[Probe],
     return out
 
 
-def pool_vectors(conn: psycopg.Connection, ids: list[int], probes: list[Probe]) -> PoolEvidence:
+def pool_vectors(conn: psycopg.Connection, ids: list[int], probes: list[Probe],
+                 sources: tuple[str, ...] | None = None) -> PoolEvidence:
     """Each pool passage's configuration, script and document, and its z-score under each
-    probe's model (only passages that model embedded) against the background sample."""
+    probe's model (only passages that model embedded) against the background sample of the
+    sources the search reads (`sources`; None: every passage)."""
     out = PoolEvidence({p.lane: {} for p in probes}, {}, {}, {}, {})
     if not ids:
         return out
@@ -233,7 +243,7 @@ def pool_vectors(conn: psycopg.Connection, ids: list[int], probes: list[Probe]) 
             mc=sql.Identifier(model_col), col=sql.Identifier(probe.column), cast=cast, i=sql.SQL(str(i))))
         params[f"m{i}"] = probe.model
         params[f"q{i}"] = HalfVector(np.asarray(probe.qvec, dtype=np.float32))
-        stats.append(BACKGROUND.stats(conn, probe.column, probe.model, probe.dims, probe.qvec))
+        stats.append(BACKGROUND.stats(conn, probe.column, probe.model, probe.dims, probe.qvec, sources))
     rows = conn.execute(sql.SQL("SELECT p.id, {cols} FROM passages p WHERE p.id = ANY(%(ids)s)").format(
         cols=sql.SQL(", ").join(cols)), params).fetchall()
     for pid, config, head, document, *sims in rows:

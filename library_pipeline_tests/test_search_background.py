@@ -1,0 +1,69 @@
+"""The calibrated z-scores stand against the passages a search can return: a memory
+search's background is memories, a document search's the documents (library, vault), so
+agents storing thousands of conversation turns do not move the books' scores, nor the
+books the memories' (engine.DOCUMENT_SOURCES, calibration.Background)."""
+
+from __future__ import annotations
+
+import pytest
+
+from library_pipeline.testing.sample_library import create_database, small_library
+from serving.memory import Viewer, index_memory
+from serving.search import SearchConfig, search
+from serving.search import calibration
+from serving.search.calibration import BACKGROUND
+from serving.search.types import SearchFilters
+
+NOTES = [f"Turn {i}: we talked about the weather, the garden and the dog's new collar." for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def mixed(server_db, embedder, test_data):
+    db = create_database(server_db)
+    small_library(db, embedder, test_data, books=2)
+    with db.connect(autocommit=True) as conn:
+        for i, text in enumerate(NOTES):
+            index_memory(conn, embedder, Viewer("Agent-Bg"), artifact_id=f"t{i}", content=text)
+    return db
+
+
+def _sample_size(conn, embedder, sources):
+    sample = BACKGROUND._sample(conn, "embedding", embedder.name, embedder.dims,  # noqa: SLF001
+                                tuple(sorted(sources)) if sources else None)
+    return len(sample.vectors) if sample is not None else 0
+
+
+def test_each_search_stands_against_its_own_sources(mixed, embedder):
+    with mixed.connect() as conn:
+        memories = conn.execute("SELECT count(*) FROM passages WHERE source = 'memory' AND summary_level = 0"
+                                ).fetchone()[0]
+        documents = conn.execute("SELECT count(*) FROM passages WHERE source <> 'memory' AND summary_level = 0"
+                                 ).fetchone()[0]
+        assert _sample_size(conn, embedder, ("memory",)) == memories == len(NOTES)
+        assert _sample_size(conn, embedder, ("library", "vault")) == min(documents, calibration.BACKGROUND_SIZE)
+        q = embedder.encode_queries(["the dog's collar"])[0]
+        mem = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, q, ("memory",))
+        docs = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, q, ("library", "vault"))
+        assert mem is not None and docs is not None and mem != docs
+        # too few passages of a source: the whole library stands in
+        none = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, q, ("vault",))
+        assert none == BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, q, None)
+
+
+def test_the_engine_asks_for_the_searchs_sources(mixed, embedder, monkeypatch):
+    seen = []
+    real = calibration.Background.stats
+
+    def spy(self, conn, column, model, dims, qvec, sources=None):
+        seen.append(sources)
+        return real(self, conn, column, model, dims, qvec, sources)
+
+    monkeypatch.setattr(calibration.Background, "stats", spy)
+    cfg = SearchConfig(rerank=False, log_queries=False)
+    with mixed.connect() as conn:
+        search(conn, embedder, "the dog's collar", config=cfg, filters=SearchFilters(viewer=Viewer("Agent-Bg")))
+        assert seen and set(seen) == {("library", "vault")}
+        seen.clear()
+        search(conn, embedder, "the dog's collar", config=cfg,
+               filters=SearchFilters(viewer=Viewer("Agent-Bg"), sources=("memory",)))
+        assert seen and set(seen) == {("memory",)}
