@@ -117,12 +117,18 @@ def score(data: dict, ranked: dict[str, list[int]], label: str) -> None:
     print(f"{label:32s} R@10 {mean(questions):.4f} R@5 {mean(questions, 5):.4f} | {cats} | {convs}", flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(doc: str, cache: str) -> argparse.Namespace:
+    """The replay scripts' command line: the LoCoMo-shaped folder, the capture's cache file."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("folder")
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/memory_replay.pkl"))
+    ap.add_argument("--cache", type=Path, default=Path(cache))
     args = ap.parse_args()
     logging.getLogger("serving").setLevel(logging.WARNING)
+    return args
+
+
+def main() -> None:
+    args = parse_args(__doc__, "/tmp/memory_replay.pkl")
     data = capture(args.folder, args.cache)
     shipped = {"share": ctx.NEIGHBOUR_SHARE, "window": ctx.WINDOW, "other_speaker": ctx.OTHER_SPEAKER,
                "asking": ctx.ASKING}

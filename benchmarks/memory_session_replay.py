@@ -14,11 +14,10 @@ sessions, R@5 per category and per conversation.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import pickle
 from pathlib import Path
 
+from benchmarks.memory_replay import parse_args
 from library_pipeline.eval.beir import eval_database
 from library_pipeline.eval.locomo import CATEGORIES, EVAL_CONFIG, SESSIONS_AGENT, load_locomo, session_of
 from serving.memory import context as ctx
@@ -133,11 +132,7 @@ shipped = (ctx.OTHER_SPEAKER, ctx.ASKING)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folder")
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/memory_session_replay.pkl"))
-    args = ap.parse_args()
-    logging.getLogger("serving").setLevel(logging.WARNING)
+    args = parse_args(__doc__, "/tmp/memory_session_replay.pkl")
     data = capture(args.folder, args.cache)
     score(data, data["shipped"], "search_memory as captured")
     score(data, rank(data, lambda named, ps: max(s for _, s in ps)), "best passage")
