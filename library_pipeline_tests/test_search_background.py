@@ -48,6 +48,10 @@ def test_each_search_stands_against_its_own_sources(mixed, embedder):
         # too few passages of a source: the whole library stands in
         none = BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, q, ("vault",))
         assert none == BACKGROUND.stats(conn, "embedding", embedder.name, embedder.dims, q, None)
+        # and the empty sample is kept, not looked for again on every search
+        empty = BACKGROUND._sample(conn, "embedding", embedder.name, embedder.dims, ("vault",))  # noqa: SLF001
+        assert empty is not None and len(empty.vectors) == 0
+        assert BACKGROUND._sample(conn, "embedding", embedder.name, embedder.dims, ("vault",)) is empty  # noqa: SLF001
 
 
 def test_the_engine_asks_for_the_searchs_sources(mixed, embedder, monkeypatch):

@@ -71,6 +71,7 @@ MODELS: dict[tuple[str, ...], tuple[tuple[float, ...], float]] = {
 CYRILLIC_CONFIGS = frozenset({"russian"})
 
 BACKGROUND_SIZE = 256
+MIN_SAMPLE = 8         # fewer sampled passages give no spread worth standing against
 # a sample is taken again when the library has grown or shrunk by this share, or is this old
 BACKGROUND_DRIFT = 0.25
 BACKGROUND_SECONDS = 3600.0
@@ -92,16 +93,16 @@ class Background:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._samples: dict[tuple[str, str, str], _Sample] = {}
+        self._samples: dict[tuple[str, str, str, tuple[str, ...] | None], _Sample] = {}
 
     def stats(self, conn: psycopg.Connection, column: str, model: str, dims: int,
               qvec: np.ndarray, sources: tuple[str, ...] | None = None) -> tuple[float, float] | None:
         """(mean, spread) of the query's similarity to the sample of `sources`' passages (all
         passages when None, or when those sources hold too few)."""
         sample = self._sample(conn, column, model, dims, tuple(sorted(sources)) if sources else None)
-        if sources and (sample is None or len(sample.vectors) < 8):
+        if sources and (sample is None or len(sample.vectors) < MIN_SAMPLE):
             sample = self._sample(conn, column, model, dims, None)
-        if sample is None or len(sample.vectors) < 8:
+        if sample is None or len(sample.vectors) < MIN_SAMPLE:
             return None
         q = np.asarray(qvec, dtype=np.float32)
         sims = sample.vectors @ (q / (np.linalg.norm(q) or 1.0))
@@ -132,9 +133,13 @@ class Background:
                 col=sql.Identifier(column), dims=sql.SQL(str(int(dims))), model_col=sql.Identifier(model_col)),
             (model, list(sources) if sources else None, list(sources) if sources else None,
              BACKGROUND_SIZE)).fetchall()
-        if not found:
+        if not found and sources is None:
             return None
-        vectors = np.array([[float(x) for x in text.strip("[]").split(",")] for (text,) in found], dtype=np.float32)
+        # an empty sample of some sources is kept like any other (stats falls back to every
+        # passage): else a memory search before the first memory re-ran this scan of the
+        # whole table on every call
+        vectors = np.array([[float(x) for x in text.strip("[]").split(",")] for (text,) in found],
+                           dtype=np.float32).reshape(len(found), int(dims))
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
         sample = _Sample(vectors, rows, now, now)
         with self._lock:
@@ -419,9 +424,9 @@ def cross_script_share(cross_prior: float) -> float:
     such questions) although the prior lowers its odds: its P was small, but so was that
     of the English passages it passed. This share against the best same-script P left 2
     (one question, whose Russian passage beat every English one) and cost the
-    half-and-half XQuAD sets 0 and 0.002 nDCG@10. A fixed share instead: 0.25 left 4, 0.5 left 2 and cost those sets 0.005 and
-    0.006, 1.0 left 1 and cost 0.020 and 0.009 - there an answer in the other script is
-    as likely as one in the question's.
+    half-and-half XQuAD sets 0 and 0.002 nDCG@10. A fixed share instead: 0.25 left 4,
+    0.5 left 2 and cost those sets 0.005 and 0.006, 1.0 left 1 and cost 0.020 and 0.009 -
+    there an answer in the other script is as likely as one in the question's.
 
     The bar is the best of the first DISPLACED same-script candidates by P and by P under
     the multilingual model alone (`calibrated_fusion`): the one model that reads both
