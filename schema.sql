@@ -224,19 +224,26 @@ CREATE TABLE IF NOT EXISTS settings (
     value jsonb NOT NULL
 );
 
--- Corpus document frequency per lexeme and text-search configuration: the keyword
--- lane's IDF (BM25 over the postings below).
+-- Corpus document frequency per lexeme, text-search configuration and source: the
+-- keyword lane's IDF (BM25 over the postings below). Counted per source and summed
+-- over the sources a search reads (the sources partition the passages, so df, N and
+-- total length add up): counted over every passage, 2,960 agents' private memories
+-- stored beside the example library's 3,918 book passages moved the books' own
+-- ranking (English average length 30.9 -> 25.8 lexemes, right book's MRR 0.9659 -> 0.9545).
 CREATE TABLE IF NOT EXISTS lexeme_df (
     ts_config regconfig NOT NULL,
+    source    text NOT NULL,
     lexeme    text NOT NULL,
     df        integer NOT NULL,
-    PRIMARY KEY (ts_config, lexeme)
+    PRIMARY KEY (ts_config, source, lexeme)
 );
 CREATE TABLE IF NOT EXISTS lexeme_df_totals (
-    ts_config  regconfig PRIMARY KEY,
+    ts_config  regconfig NOT NULL,
+    source     text NOT NULL,
     passages   integer NOT NULL,
     avg_length double precision NOT NULL,
-    refreshed_at timestamptz NOT NULL DEFAULT now()
+    refreshed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (ts_config, source)
 );
 -- documents holding those passages: the keyword lane's document-level BM25 normalises
 -- a document's length (its passage count) by passages / documents
@@ -255,19 +262,38 @@ BEGIN
     DELETE FROM lexeme_df;
     DELETE FROM lexeme_df_totals;
     -- tsvector_to_array yields each lexeme once per passage, so count(*) is the df
-    INSERT INTO lexeme_df (ts_config, lexeme, df)
-        SELECT p.ts_config, u.lexeme, count(*)
+    INSERT INTO lexeme_df (ts_config, source, lexeme, df)
+        SELECT p.ts_config, p.source, u.lexeme, count(*)
         FROM passages p, unnest(tsvector_to_array(p.tsv)) AS u(lexeme)
         WHERE p.summary_level = 0 AND NOT p.removed AND NOT p.superseded AND NOT p.archived
-        GROUP BY 1, 2;
+        GROUP BY 1, 2, 3;
     GET DIAGNOSTICS n = ROW_COUNT;
     -- documents: a memory (no document) counts as a document of one passage
-    INSERT INTO lexeme_df_totals (ts_config, passages, avg_length, documents, refreshed_at)
-        SELECT ts_config, count(*), coalesce(avg(length(tsv)), 0),
+    INSERT INTO lexeme_df_totals (ts_config, source, passages, avg_length, documents, refreshed_at)
+        SELECT ts_config, source, count(*), coalesce(avg(length(tsv)), 0),
                count(DISTINCT coalesce(document_id, -id)), now() FROM passages
         WHERE summary_level = 0 AND NOT removed AND NOT superseded AND NOT archived
-        GROUP BY 1;
+        GROUP BY 1, 2;
     RETURN n;
+END $$;
+
+-- Databases whose statistics were counted over every source at once: keyed by source
+-- (rows of the old shape labelled 'library' only until the rebuild replaces them).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'lexeme_df'::regclass AND attname = 'source') THEN
+        ALTER TABLE lexeme_df ADD COLUMN source text NOT NULL DEFAULT 'library';
+        ALTER TABLE lexeme_df ALTER COLUMN source DROP DEFAULT;
+        ALTER TABLE lexeme_df DROP CONSTRAINT lexeme_df_pkey;
+        ALTER TABLE lexeme_df ADD PRIMARY KEY (ts_config, source, lexeme);
+        ALTER TABLE lexeme_df_totals ADD COLUMN source text NOT NULL DEFAULT 'library';
+        ALTER TABLE lexeme_df_totals ALTER COLUMN source DROP DEFAULT;
+        ALTER TABLE lexeme_df_totals DROP CONSTRAINT lexeme_df_totals_pkey;
+        ALTER TABLE lexeme_df_totals ADD PRIMARY KEY (ts_config, source);
+        IF EXISTS (SELECT 1 FROM lexeme_df_totals) THEN
+            PERFORM lexeme_df_rebuild();
+        END IF;
+    END IF;
 END $$;
 
 -- Databases created before passages.context existed get the trigger, the new

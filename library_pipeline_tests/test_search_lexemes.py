@@ -69,3 +69,43 @@ def test_keyword_lane_works_before_the_first_refresh(db, embedder, test_data, co
         # the name is in the passage or in its document title (indexed with it: passages.context)
         assert response.results and all("Holmes" in f"{r.title} {r.text}" or "Sherlock" in f"{r.title} {r.text}"
                                         for r in response.results)
+
+
+def _english(response) -> dict:
+    return [t for t in response.keyword_trace if t["config"] == "english"][0]
+
+
+def test_a_searchs_statistics_are_its_own_sources(db, embedder, test_data, corpus):
+    """Agents' memories do not move the library's BM25 (N, average length, df), and a
+    memory search is weighed by the memories' own figures once they are counted."""
+    from serving.memory import Viewer, index_memory
+    from serving.search.types import SearchFilters
+
+    small_library(db, embedder, test_data, books=2)
+    keyword = SearchConfig.only("keyword")
+    query = "Holmes and the whale"
+    agent = Viewer("Agent-Stats")
+    with db.connect() as conn:
+        before = search(conn, embedder, query, top_k=10, config=keyword)
+        for i in range(30):   # short, and all about Holmes: both N's mean length and df would move
+            index_memory(conn, embedder, agent, artifact_id=f"n{i}", content=f"Note {i}: Holmes again.")
+        conn.commit()
+        as_memory = SearchFilters(viewer=agent, sources=("memory",))
+        # not counted yet: a memory search takes the whole corpus's figures
+        uncounted = _english(search(conn, embedder, query, top_k=10, config=keyword, filters=as_memory))
+        assert uncounted["passages"] == _english(before)["passages"]
+        refresh_lexeme_df(conn)
+        after = search(conn, embedder, query, top_k=10, config=keyword, filters=SearchFilters(viewer=agent))
+        assert _english(after) == _english(before)
+        assert [r.passage_id for r in after.results] == [r.passage_id for r in before.results]
+        memory = _english(search(conn, embedder, query, top_k=10, config=keyword, filters=as_memory))
+        assert memory["passages"] == 30
+        # "whale" is in the books only: in no memory, so no term of a memory search
+        assert {t["lexeme"]: t["df"] for t in _english(before)["terms"]}["whale"] > 0
+        assert {t["lexeme"]: t["df"] for t in memory["terms"]} == {"holm": 30}
+        # both together: the sums
+        both = _english(search(conn, embedder, query, top_k=10, config=keyword,
+                               filters=SearchFilters(viewer=agent, sources=("library", "vault", "memory"))))
+        assert both["passages"] == 30 + _english(before)["passages"]
+        holmes = {t["lexeme"]: t["df"] for t in _english(before)["terms"]}["holm"]
+        assert {t["lexeme"]: t["df"] for t in both["terms"]}["holm"] == 30 + holmes

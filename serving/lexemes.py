@@ -1,4 +1,4 @@
-"""Corpus document frequency per lexeme, per text-search configuration: the
+"""Corpus document frequency per lexeme, per text-search configuration and source: the
 statistics the keyword lane's BM25 takes its IDF, N and average length from
 (serving/search/keyword.py). The rebuild itself is the schema's `lexeme_df_rebuild()` (which
 population, which length measure, why DELETE not TRUNCATE: see schema.sql), so
@@ -30,11 +30,12 @@ def refresh_lexeme_df(conn: psycopg.Connection) -> dict[str, Any]:
     with conn.transaction():
         lexemes = conn.execute("SELECT lexeme_df_rebuild()").fetchone()[0]
         per_config = {
-            name: {"passages": n, "avg_length": round(float(avg), 2), "lexemes": int(lx)}
-            for name, n, avg, lx in conn.execute(
-                "SELECT t.ts_config::text, t.passages, t.avg_length, "
-                "(SELECT count(*) FROM lexeme_df d WHERE d.ts_config = t.ts_config) "
-                "FROM lexeme_df_totals t ORDER BY 1")
+            name: {"passages": int(n), "avg_length": round(float(avg), 2), "lexemes": int(lx), "sources": by_source}
+            for name, n, avg, lx, by_source in conn.execute(
+                "SELECT t.ts_config::text, sum(t.passages), sum(t.passages * t.avg_length) / sum(t.passages), "
+                "(SELECT count(DISTINCT d.lexeme) FROM lexeme_df d WHERE d.ts_config = t.ts_config), "
+                "jsonb_object_agg(t.source, t.passages) "
+                "FROM lexeme_df_totals t GROUP BY t.ts_config ORDER BY 1")
         }
         expected, have = conn.execute(
             "SELECT (SELECT coalesce(sum(length(tsv)), 0) FROM passages WHERE summary_level = 0), "

@@ -62,12 +62,12 @@ log = logging.getLogger(__name__)
 
 _DEFAULT: Any = object()
 
-# The z-scores of a search that names no sources stand against the documents (library and
-# vault), those of a memory search against the memories: the passages each can return. With
-# LoCoMo's 2,960 conversation turns stored as five agents' private memories beside the
-# example library's 3,918 passages, one sample of every passage put books in memory
-# search's background: its evidence recall@10 was 0.7962 there against 0.8031 in a database
-# of the turns alone; a memories-only background gives 0.8010.
+# The z-scores and the BM25 statistics of a search that names no sources stand against the
+# documents (library and vault), those of a memory search against the memories: the
+# passages each can return. With LoCoMo's 2,960 conversation turns stored as five agents'
+# private memories beside the example library's 3,918 passages, one sample of every passage
+# put books in memory search's background: its evidence recall@10 was 0.7962 there against
+# 0.8031 in a database of the turns alone; a memories-only background gives 0.8010.
 DOCUMENT_SOURCES = ("library", "vault")
 
 
@@ -183,7 +183,7 @@ def _text_lanes(call: Call) -> None:
     """Owns what the lanes that read words share - the query's lexemes per text-search
     configuration in use, the name index - and runs them (registry.py: keyword, structure)."""
     conn, cfg = call.conn, call.cfg
-    stats = call.keyword_stats = corpus_configs(conn) if cfg.keyword else []
+    stats = call.keyword_stats = corpus_configs(conn, call.filters.sources or DOCUMENT_SOURCES) if cfg.keyword else []
     names = call.names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
     configs = sorted({s.name for s in stats} | set(names.configs if names else ()))
     t = time.perf_counter()

@@ -24,7 +24,9 @@ that configuration, with that configuration's document frequencies and average
 length. A Russian query's lexemes are simply absent from the English postings.
 
 Statistics: df, N and avgdl come from `lexeme_df` / `lexeme_df_totals`
-(refreshed by the `lexeme_df` asset). A query lexeme missing there (passages
+(refreshed by the `lexeme_df` asset), summed over the sources the search reads
+(a document search's statistics are the documents', a memory search's the
+memories'; see schema.sql for the measurement). A query lexeme missing there (passages
 ingested since the refresh) takes its df from the postings themselves, counted
 up to a bound; never refreshed at all, N is the planner's row estimate and
 avgdl the candidates' mean length.
@@ -45,6 +47,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -70,14 +73,30 @@ class ConfigStats:
     passages: int | None      # None: lexeme_df never refreshed for this configuration
     avg_length: float | None
     documents: int | None = None
+    sources: tuple[str, ...] = ()   # whose counts these are (lexeme_df's rows to sum); () = every source
 
 
-def corpus_configs(conn: psycopg.Connection) -> list[ConfigStats]:
-    """Text-search configurations present in the corpus, with their statistics."""
-    rows = conn.execute("SELECT ts_config::text, passages, avg_length, documents FROM lexeme_df_totals "
-                        "ORDER BY ts_config::text").fetchall()
+def corpus_configs(conn: psycopg.Connection, sources: Sequence[str]) -> list[ConfigStats]:
+    """Text-search configurations present in the corpus, with their statistics summed over
+    `sources` - or over every source when none of them has been counted yet: memories are
+    written between refreshes of the statistics (which follow ingests), and until one has
+    counted them the whole corpus's figures are the best estimate there is. A
+    configuration counted for other sources only stays in the list without figures,
+    estimated like a fresh one: the query is still parsed with it, and passages of
+    `sources` may have been written in it since."""
+    rows = conn.execute("SELECT ts_config::text, source, passages, avg_length, documents FROM lexeme_df_totals "
+                        "ORDER BY 1, 2").fetchall()
     if rows:
-        return [ConfigStats(r[0], int(r[1]), float(r[2]), int(r[3]) if r[3] else None) for r in rows]
+        counted = {r[1] for r in rows}
+        use = tuple(s for s in sources if s in counted) or tuple(sorted(counted))
+        out: list[ConfigStats] = []
+        for name in sorted({r[0] for r in rows}):
+            mine = [r for r in rows if r[0] == name and r[1] in use]
+            n = sum(int(r[2]) for r in mine)
+            docs = sum(int(r[4] or 0) for r in mine)
+            out.append(ConfigStats(name, n, sum(float(r[3]) * int(r[2]) for r in mine) / n, docs or None, use)
+                       if n else ConfigStats(name, None, None, None, use))
+        return out
     # lexeme_df not refreshed yet: find the configurations by scanning (cached; one
     # seq scan, ~20 ms at 100k rows) and fall back to estimates.
     key = conn.info.dsn
@@ -140,18 +159,29 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
     wanted = {name: sorted(set(terms)) for name, terms in lexemes.items() if terms and name in by_name}
     if not wanted:
         return [], {}
-    rows = conn.execute("SELECT ts_config::text, lexeme, df FROM lexeme_df "
-                        "WHERE ts_config = ANY(%s::regconfig[]) AND lexeme = ANY(%s)",
-                        (list(wanted), sorted({t for ts in wanted.values() for t in ts}))).fetchall()
+    # a lexeme no row of these sources holds is unknown (counted below), not absent: the
+    # sources' passages written since the refresh may hold it
+    sources = list(stats[0].sources) if stats and stats[0].sources else None
+    rows = conn.execute("SELECT ts_config::text, lexeme, sum(df) FROM lexeme_df "
+                        "WHERE ts_config = ANY(%s::regconfig[]) AND lexeme = ANY(%s) "
+                        "AND (%s::text[] IS NULL OR source = ANY(%s)) GROUP BY 1, 2",
+                        (list(wanted), sorted({t for ts in wanted.values() for t in ts}), sources,
+                         sources)).fetchall()
     known = {(c, lex): int(df) for c, lex, df in rows}
     unknown = [(c, t) for c, ts in wanted.items() for t in ts if (c, t) not in known]
     counted: dict[tuple[str, str], int] = {}
     if unknown:
+        # of the first rows read, those of the searched sources: a book's word in a memory
+        # search reads its rows once here and is then skipped, where its postings walk
+        # would have read them all to find none the predicate allows
         counted = {(c, lex): int(n) for c, lex, n in conn.execute(
-            "SELECT u.c, u.lex, (SELECT count(*) FROM (SELECT 1 FROM postings po "
-            "  WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %s) x) "
-            "FROM unnest(%s::text[], %s::text[]) AS u(c, lex)",
-            (_DF_COUNT_CAP, [c for c, _ in unknown], [t for _, t in unknown]))}
+            "SELECT u.c, u.lex, (SELECT count(*) FILTER (WHERE %(src)s::text[] IS NULL OR p.source = ANY(%(src)s)) "
+            "  FROM (SELECT po.passage_id FROM postings po "
+            "        WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %(cap)s) x "
+            "  JOIN passages p ON p.id = x.passage_id) "
+            "FROM unnest(%(c)s::text[], %(lex)s::text[]) AS u(c, lex)",
+            {"cap": _DF_COUNT_CAP, "src": sources, "c": [c for c, _ in unknown],
+             "lex": [t for _, t in unknown]})}
     estimate = None
     totals: dict[str, tuple[int, float | None, float]] = {}
     terms: list[Term] = []

@@ -27,7 +27,7 @@ VAULT_SECTIONS = dg.AssetKey("vault_note_sections")
     kinds={"postgres"},
     owners=OWNERS,
     automation_condition=dg.AutomationCondition.eager(),
-    description="Document frequency of every lexeme per text-search configuration, over searchable "
+    description="Document frequency of every lexeme per text-search configuration and source, over searchable "
                 "passages: the IDF, passage count and average length of the keyword lane's BM25. "
                 "Also checks the `postings` index against the tsvectors and rebuilds it if out of step. "
                 "Rows: `lexeme_df`, `lexeme_df_totals`.",
@@ -36,8 +36,9 @@ def lexeme_df(library_db: LibraryDatabase) -> dg.MaterializeResult:
     with library_db.get().connect() as conn:
         figures = refresh_lexeme_df(conn)
     configs = figures.pop("configs")
-    table = ["| configuration | passages | lexemes | avg length |", "|---|---|---|---|"]
-    table += [f"| {name} | {c['passages']} | {c['lexemes']} | {c['avg_length']} |" for name, c in configs.items()]
+    table = ["| configuration | passages | by source | lexemes | avg length |", "|---|---|---|---|---|"]
+    table += [f"| {name} | {c['passages']} | {', '.join(f'{s} {n}' for s, n in sorted(c['sources'].items()))} "
+              f"| {c['lexemes']} | {c['avg_length']} |" for name, c in configs.items()]
     return dg.MaterializeResult(metadata={**figures, "configurations": dg.MetadataValue.md("\n".join(table))})
 
 
