@@ -174,11 +174,12 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
         # of the first rows read, those of the searched sources: a book's word in a memory
         # search reads its rows once here and is then skipped, where its postings walk
         # would have read them all to find none the predicate allows
+        of_sources = ("count(*) FILTER (WHERE p.source = ANY(%(src)s)) FROM ({rows}) x "
+                      "JOIN passages p ON p.id = x.passage_id" if sources else "count(*) FROM ({rows}) x")
+        rows_read = ("SELECT po.passage_id FROM postings po "
+                     "WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %(cap)s")
         counted = {(c, lex): int(n) for c, lex, n in conn.execute(
-            "SELECT u.c, u.lex, (SELECT count(*) FILTER (WHERE %(src)s::text[] IS NULL OR p.source = ANY(%(src)s)) "
-            "  FROM (SELECT po.passage_id FROM postings po "
-            "        WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %(cap)s) x "
-            "  JOIN passages p ON p.id = x.passage_id) "
+            "SELECT u.c, u.lex, (SELECT " + of_sources.format(rows=rows_read) + ") "
             "FROM unnest(%(c)s::text[], %(lex)s::text[]) AS u(c, lex)",
             {"cap": _DF_COUNT_CAP, "src": sources, "c": [c for c, _ in unknown],
              "lex": [t for _, t in unknown]})}
