@@ -254,18 +254,23 @@ ALTER TABLE lexeme_df_totals ADD COLUMN IF NOT EXISTS documents integer;
 -- not removed, superseded or archived; lengths are length(tsv), distinct lexemes,
 -- the measure the lane's BM25 uses. DELETE + INSERT in the caller's transaction, so
 -- readers keep the old statistics until it commits (TRUNCATE would lock them out).
-CREATE OR REPLACE FUNCTION lexeme_df_rebuild() RETURNS bigint LANGUAGE plpgsql AS $$
+-- p_sources: recount only those sources (memories are written between ingests; their
+-- own recount reads their passages alone). NULL: every source.
+DROP FUNCTION IF EXISTS lexeme_df_rebuild();
+CREATE OR REPLACE FUNCTION lexeme_df_rebuild(p_sources text[] DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql AS $$
 DECLARE
     n bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(7301116);   -- one refresh at a time
-    DELETE FROM lexeme_df;
-    DELETE FROM lexeme_df_totals;
+    DELETE FROM lexeme_df WHERE p_sources IS NULL OR source = ANY(p_sources);
+    DELETE FROM lexeme_df_totals WHERE p_sources IS NULL OR source = ANY(p_sources);
     -- tsvector_to_array yields each lexeme once per passage, so count(*) is the df
     INSERT INTO lexeme_df (ts_config, source, lexeme, df)
         SELECT p.ts_config, p.source, u.lexeme, count(*)
         FROM passages p, unnest(tsvector_to_array(p.tsv)) AS u(lexeme)
         WHERE p.summary_level = 0 AND NOT p.removed AND NOT p.superseded AND NOT p.archived
+          AND (p_sources IS NULL OR p.source = ANY(p_sources))
         GROUP BY 1, 2, 3;
     GET DIAGNOSTICS n = ROW_COUNT;
     -- documents: a memory (no document) counts as a document of one passage
@@ -273,6 +278,7 @@ BEGIN
         SELECT ts_config, source, count(*), coalesce(avg(length(tsv)), 0),
                count(DISTINCT coalesce(document_id, -id)), now() FROM passages
         WHERE summary_level = 0 AND NOT removed AND NOT superseded AND NOT archived
+          AND (p_sources IS NULL OR source = ANY(p_sources))
         GROUP BY 1, 2;
     RETURN n;
 END $$;

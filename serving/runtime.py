@@ -15,6 +15,7 @@ from pgvector.psycopg import register_vector
 
 from serving.db import Database
 from serving.embedding import Embedder, load_embedder, multilingual_embedder
+from serving.lexemes import SourceRecount
 from serving.migration import load_active_embedder
 from serving.settings import Settings, get_settings
 from serving.threads import limit_torch_threads
@@ -44,6 +45,8 @@ class Library:
         self._pool_size = pool_size
         self._lock = threading.Lock()
         self._multilingual_ready = False
+        # memories are written here, between the ingests after which lexeme_df is refreshed
+        self.memory_statistics = SourceRecount(self.db.connect, "memory")
 
     # -- resources ----------------------------------------------------------
     def embedder(self) -> Embedder:
@@ -135,6 +138,7 @@ class Library:
             conn.execute("SELECT 1")
 
     def close(self) -> None:
+        self.memory_statistics.wait(timeout=30.0)   # a recount under way commits before the server stops
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 def memory_index(lib, viewer: Viewer | None, **kw: Any) -> dict[str, Any]:
     embedder = lib.embedder()
     with lib.connection() as conn:
-        return index_memory(conn, embedder, viewer, **kw).to_dict()
+        result = index_memory(conn, embedder, viewer, **kw)
+    if result.status in ("created", "new_version"):
+        lib.memory_statistics.written(result.chunks)
+    return result.to_dict()
 
 
 def memory_search(lib, viewer: Viewer | None, query: Any, **kw: Any) -> dict[str, Any]:

@@ -137,6 +137,20 @@ def bm25(tf: dict[str, int], dl: int, df: dict[str, int], n: int, avgdl: float,
     return sum(idf(df.get(t, 0), n) * f * (k1 + 1.0) / (f + norm) for t, f in tf.items())
 
 
+# df of lexemes missing from lexeme_df: each one's first _DF_COUNT_CAP postings, and (a
+# search of some sources) of those the searched sources' own: a book's word in a memory
+# search reads its rows once here and is then skipped, where its postings walk would have
+# read them all to find none the predicate allows
+_COUNT = ("SELECT u.c, u.lex, (SELECT count(*) FROM (SELECT 1 FROM postings po "
+          "  WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %(cap)s) x) "
+          "FROM unnest(%(c)s::text[], %(lex)s::text[]) AS u(c, lex)")
+_COUNT_OF_SOURCES = (
+    "SELECT u.c, u.lex, (SELECT count(*) FILTER (WHERE p.source = ANY(%(src)s)) FROM (SELECT po.passage_id "
+    "  FROM postings po WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %(cap)s) x "
+    "  JOIN passages p ON p.id = x.passage_id) "
+    "FROM unnest(%(c)s::text[], %(lex)s::text[]) AS u(c, lex)")
+
+
 @dataclass
 class Term:
     config: str
@@ -171,16 +185,8 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
     unknown = [(c, t) for c, ts in wanted.items() for t in ts if (c, t) not in known]
     counted: dict[tuple[str, str], int] = {}
     if unknown:
-        # of the first rows read, those of the searched sources: a book's word in a memory
-        # search reads its rows once here and is then skipped, where its postings walk
-        # would have read them all to find none the predicate allows
-        of_sources = ("count(*) FILTER (WHERE p.source = ANY(%(src)s)) FROM ({rows}) x "
-                      "JOIN passages p ON p.id = x.passage_id" if sources else "count(*) FROM ({rows}) x")
-        rows_read = ("SELECT po.passage_id FROM postings po "
-                     "WHERE po.ts_config = u.c::regconfig AND po.lexeme = u.lex LIMIT %(cap)s")
         counted = {(c, lex): int(n) for c, lex, n in conn.execute(
-            "SELECT u.c, u.lex, (SELECT " + of_sources.format(rows=rows_read) + ") "
-            "FROM unnest(%(c)s::text[], %(lex)s::text[]) AS u(c, lex)",
+            _COUNT_OF_SOURCES if sources else _COUNT,
             {"cap": _DF_COUNT_CAP, "src": sources, "c": [c for c, _ in unknown],
              "lex": [t for _, t in unknown]})}
     estimate = None
