@@ -109,3 +109,21 @@ def test_a_searchs_statistics_are_its_own_sources(db, embedder, test_data, corpu
         assert both["passages"] == 30 + _english(before)["passages"]
         holmes = {t["lexeme"]: t["df"] for t in _english(before)["terms"]}["holm"]
         assert {t["lexeme"]: t["df"] for t in both["terms"]}["holm"] == 30 + holmes
+
+
+def test_a_source_never_counted_is_still_searched_by_its_words(db, embedder, test_data, corpus):
+    """The library counted, a vault synced since: the vault's own words are unknown to the
+    statistics, counted among the searched sources' postings, and found."""
+    small_library(db, embedder, test_data, books=1)
+    with db.connect() as conn:
+        doc = conn.execute("INSERT INTO documents (source, path, partition_key, title, status) "
+                           "VALUES ('vault', 'notes/pond.md', 'vault-pond', 'Pond', 'ingested') RETURNING id"
+                           ).fetchone()[0]
+        new_id = conn.execute("INSERT INTO passages (document_id, source, kind, content, content_hash, ts_config) "
+                              "VALUES (%s, 'vault', 'note', 'A zyzzogeton by the pond.', 'z', 'english') "
+                              "RETURNING id", (doc,)).fetchone()[0]
+        conn.commit()
+        assert conn.execute("SELECT count(*) FROM lexeme_df_totals WHERE source = 'vault'").fetchone()[0] == 0
+        response = search(conn, embedder, "zyzzogeton", top_k=5, config=SearchConfig.only("keyword"))
+        assert [r.passage_id for r in response.results] == [new_id]
+        assert _english(response)["terms"][0]["estimated"]

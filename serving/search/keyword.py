@@ -74,6 +74,7 @@ class ConfigStats:
     avg_length: float | None
     documents: int | None = None
     sources: tuple[str, ...] = ()   # whose counts these are (lexeme_df's rows to sum); () = every source
+    searched: tuple[str, ...] = ()  # the search's sources: a lexeme's postings are counted among them
 
 
 def corpus_configs(conn: psycopg.Connection, sources: Sequence[str]) -> list[ConfigStats]:
@@ -94,8 +95,9 @@ def corpus_configs(conn: psycopg.Connection, sources: Sequence[str]) -> list[Con
             mine = [r for r in rows if r[0] == name and r[1] in use]
             n = sum(int(r[2]) for r in mine)
             docs = sum(int(r[4] or 0) for r in mine)
-            out.append(ConfigStats(name, n, sum(float(r[3]) * int(r[2]) for r in mine) / n, docs or None, use)
-                       if n else ConfigStats(name, None, None, None, use))
+            out.append(ConfigStats(name, n, sum(float(r[3]) * int(r[2]) for r in mine) / n, docs or None, use,
+                                   tuple(sources))
+                       if n else ConfigStats(name, None, None, None, use, tuple(sources)))
         return out
     # lexeme_df not refreshed yet: find the configurations by scanning (cached; one
     # seq scan, ~20 ms at 100k rows) and fall back to estimates.
@@ -108,7 +110,7 @@ def corpus_configs(conn: psycopg.Connection, sources: Sequence[str]) -> list[Con
         if names:
             log.warning("lexeme_df is empty: keyword lane estimates IDF from the postings until "
                         "serving.lexemes.refresh_lexeme_df runs")
-    return [ConfigStats(name, None, None) for name in cached[1]]
+    return [ConfigStats(name, None, None, searched=tuple(sources)) for name in cached[1]]
 
 
 def query_lexemes(conn: psycopg.Connection, text: str, configs: list[str]) -> dict[str, list[str]]:
@@ -174,20 +176,22 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
     if not wanted:
         return [], {}
     # a lexeme no row of these sources holds is unknown (counted below), not absent: the
-    # sources' passages written since the refresh may hold it
-    sources = list(stats[0].sources) if stats and stats[0].sources else None
+    # searched sources' passages written since the refresh may hold it (a vault synced
+    # since, memories written since)
+    summed = list(stats[0].sources) if stats and stats[0].sources else None
+    searched = list(stats[0].searched) if stats and stats[0].searched else None
     rows = conn.execute("SELECT ts_config::text, lexeme, sum(df) FROM lexeme_df "
                         "WHERE ts_config = ANY(%s::regconfig[]) AND lexeme = ANY(%s) "
                         "AND (%s::text[] IS NULL OR source = ANY(%s)) GROUP BY 1, 2",
-                        (list(wanted), sorted({t for ts in wanted.values() for t in ts}), sources,
-                         sources)).fetchall()
+                        (list(wanted), sorted({t for ts in wanted.values() for t in ts}), summed,
+                         summed)).fetchall()
     known = {(c, lex): int(df) for c, lex, df in rows}
     unknown = [(c, t) for c, ts in wanted.items() for t in ts if (c, t) not in known]
     counted: dict[tuple[str, str], int] = {}
     if unknown:
         counted = {(c, lex): int(n) for c, lex, n in conn.execute(
-            _COUNT_OF_SOURCES if sources else _COUNT,
-            {"cap": _DF_COUNT_CAP, "src": sources, "c": [c for c, _ in unknown],
+            _COUNT_OF_SOURCES if searched else _COUNT,
+            {"cap": _DF_COUNT_CAP, "src": searched, "c": [c for c, _ in unknown],
              "lex": [t for _, t in unknown]})}
     estimate = None
     totals: dict[str, tuple[int, float | None, float]] = {}
