@@ -154,7 +154,13 @@ def test_near_duplicates_are_merged_not_deleted(mdb, embedder):
     cfg = {"ops": {"memory_near_duplicates": {"config": {"threshold": 0.9}}}}
     result = _run(mdb, [memory_near_duplicates], run_config=cfg)
     assert _meta(result, memory_near_duplicates)["changed"] == 1
+    assert "keyword statistics recounted (s)" in _meta(result, memory_near_duplicates)
     with mdb.connect(autocommit=True) as conn:
+        # the memory source's keyword statistics no longer count the merged duplicate
+        counted = conn.execute("SELECT sum(passages) FROM lexeme_df_totals WHERE source = 'memory'").fetchone()[0]
+        searchable = conn.execute("SELECT count(*) FROM passages WHERE source = 'memory' AND summary_level = 0 "
+                                  "AND NOT superseded AND NOT archived AND NOT removed").fetchone()[0]
+        assert counted == searchable == 3
         dup_of = dict(conn.execute("SELECT id, duplicate_of FROM memories").fetchall())
         assert dup_of[second.record["id"]] == first.record["id"]
         assert dup_of[other_scope.record["id"]] is None and dup_of[unrelated.record["id"]] is None

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class Outcome:
     changed: int = 0
     examined: int = 0
-    details: Dict[str, int] = field(default_factory=dict)
+    details: Dict[str, float] = field(default_factory=dict)
     ids: List[int] = field(default_factory=list)
 
 

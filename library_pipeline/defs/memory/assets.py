@@ -21,6 +21,7 @@ from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.memory import curation
 from library_pipeline.resources import LibraryDatabase
 from library_pipeline.run_plan import MAINTENANCE_LANE
+from serving.lexemes import refresh_lexeme_df
 
 GROUP = "memory"
 
@@ -70,12 +71,17 @@ def _result(outcome: curation.Outcome, started: float, now: dt.datetime, conn) -
 
 
 def _curate(library_db: LibraryDatabase, memory_clock: MemoryClock,
-            step: Callable[[psycopg.Connection, dt.datetime], Any]) -> dg.MaterializeResult:
-    """One curation step in its own committed transaction, reported with the store's totals."""
+            step: Callable[[psycopg.Connection, dt.datetime], Any], *, recount: bool = False) -> dg.MaterializeResult:
+    """One curation step in its own committed transaction, reported with the store's totals.
+    `recount`: the step takes passages out of search (merged duplicates, archived records),
+    so when it changed anything the memory source's keyword statistics are recounted to
+    describe what is left (the serving process recounts only as memories are written)."""
     started, now = time.perf_counter(), memory_clock.now()
     with library_db.get().connect() as conn:
         out = step(conn, now)
         conn.commit()
+        if recount and out.changed:
+            out.details["keyword statistics recounted (s)"] = refresh_lexeme_df(conn, ["memory"])["seconds"]
         return _result(out, started, now, conn)
 
 
@@ -84,14 +90,15 @@ def _curate(library_db: LibraryDatabase, memory_clock: MemoryClock,
 def memory_near_duplicates(config: NearDuplicateConfig, library_db: LibraryDatabase,
                            memory_clock: MemoryClock) -> dg.MaterializeResult:
     return _curate(library_db, memory_clock, lambda conn, now: curation.near_duplicates(
-        conn, config.threshold, full_rescan=config.full_rescan))
+        conn, config.threshold, full_rescan=config.full_rescan), recount=True)
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_near_duplicates],
           description="Relevance decay: -step per period without access; below the threshold -> archived.")
 def memory_decay(config: DecayConfig, library_db: LibraryDatabase, memory_clock: MemoryClock) -> dg.MaterializeResult:
     return _curate(library_db, memory_clock, lambda conn, now: curation.decay(
-        conn, now, period_days=config.period_days, step=config.step, archive_below=config.archive_below))
+        conn, now, period_days=config.period_days, step=config.step, archive_below=config.archive_below),
+        recount=True)
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"postgres"}, deps=[memory_decay],
