@@ -159,11 +159,12 @@ def named_speaker(query: str, speakers: set[str]) -> str | None:
 
 
 def turn_weight(content: str, meta: dict[str, Any] | None, named: str | None, *, whole: bool = True,
-                typical: float | None = None) -> float:
+                typical: float | None = None, size: int | None = None) -> float:
     """The factor a record's score takes in its thread (see OTHER_SPEAKER / ASKING, and
     TURN_LENGTH against `typical`, the pool's typical_length): 1 for a record without a
     thread. `whole`: `content` is the whole record (one passage), so its last character is
-    the record's and its words are all the record says."""
+    the record's and its words are all the record says; `size`: words(content) when the
+    caller has counted them already."""
     meta = meta or {}
     if "thread" not in meta:
         return 1.0
@@ -174,7 +175,7 @@ def turn_weight(content: str, meta: dict[str, Any] | None, named: str | None, *,
     if whole and content.rstrip().endswith("?"):
         weight *= ASKING
     if whole and typical is not None:
-        weight *= ((words(content) + 1) / (typical + 1)) ** TURN_LENGTH
+        weight *= (((words(content) if size is None else size) + 1) / (typical + 1)) ** TURN_LENGTH
     return weight
 
 
@@ -214,10 +215,10 @@ def words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
-def typical_length(contents: list[str]) -> float | None:
-    """The median of `contents`' word counts (None for none): what a turn's length is read
-    against (TURN_LENGTH)."""
-    return statistics.median(words(c) for c in contents) if contents else None
+def typical_length(contents: list[str] | list[int]) -> float | None:
+    """The median of `contents`' word counts (or of the counts given; None for none): what a
+    turn's length is read against (TURN_LENGTH)."""
+    return statistics.median(c if isinstance(c, int) else words(c) for c in contents) if contents else None
 
 
 # -- the lines of a long note ----------------------------------------------------------------

@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import split_memory
 from serving.memory.context import (NEIGHBOUR_SHARE, line_speakers, lines_weight, named_speaker, turn_weight,
-                                    typical_length, with_thread_context)
+                                    typical_length, with_thread_context, words)
 from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
 from serving.memory.validation import (
@@ -407,10 +407,11 @@ def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dic
             memories.append({**by_id[s.record_id], "score": s.total})
     named = named_speaker(query, {m["meta"]["speaker"] for m in memories if "thread" in m["meta"]
                                   and isinstance(m["meta"].get("speaker"), str)})
-    typical = typical_length([m["content"] for m in memories
-                              if "thread" in m["meta"] and chunks.get(m["id"]) == 1])
+    sizes = {m["id"]: words(m["content"]) for m in memories if "thread" in m["meta"] and chunks.get(m["id"]) == 1}
+    typical = typical_length(list(sizes.values()))
     for m in memories:
-        m["score"] *= turn_weight(m["content"], m["meta"], named, whole=chunks.get(m["id"]) == 1, typical=typical)
+        m["score"] *= turn_weight(m["content"], m["meta"], named, whole=chunks.get(m["id"]) == 1, typical=typical,
+                                  size=sizes.get(m["id"]))
     others = [r for r in results if r["source"] != "memory"]
     return sorted(memories + others, key=lambda r: -r["score"])
 
