@@ -3,7 +3,8 @@ captured once from the real `search_memory` with every record read alone (thread
 the records' fused scores, before thread context), with every live record of the agents
 (thread, speaker, first passage); then thread context (serving/memory/context.py's rule,
 re-done over the captured thread order) and the turn weights (`turn_weight` /
-`named_speaker` themselves, their constants swept) are replayed per variant.
+`named_speaker` / `typical_length` themselves, their constants swept; the turn-length exponent
+also chosen leave-one-conversation-out) are replayed per variant.
 
     LIBRARY_HOME=... PYTHONPATH=. .venv/bin/python benchmarks/memory_replay.py \
         ../shared/data/locomo_dev --cache /tmp/memory_replay.pkl
@@ -59,7 +60,8 @@ def capture(folder: str, cache: Path) -> dict:
     return data
 
 
-def replay(data: dict, *, share: float, window: int, other_speaker: float, asking: float) -> dict[str, list[int]]:
+def replay(data: dict, *, share: float, window: int, other_speaker: float, asking: float,
+           length: float = ctx.TURN_LENGTH) -> dict[str, list[int]]:
     """qid -> record ids best first, as search_memory ranks them under these constants."""
     records = data["records"]
     threads: dict[tuple, list[int]] = {}
@@ -68,7 +70,7 @@ def replay(data: dict, *, share: float, window: int, other_speaker: float, askin
         if thread is not None:
             threads.setdefault((records[rid]["conv"], thread), []).append(rid)
     where = {rid: (key, i) for key, ids in threads.items() for i, rid in enumerate(ids)}
-    ctx.OTHER_SPEAKER, ctx.ASKING = other_speaker, asking
+    ctx.OTHER_SPEAKER, ctx.ASKING, ctx.TURN_LENGTH = other_speaker, asking, length
     out = {}
     for qid, p in data["pools"].items():
         base = {rid: score for rid, score, _ in p["pool"]}
@@ -92,20 +94,41 @@ def replay(data: dict, *, share: float, window: int, other_speaker: float, askin
             named = ctx.named_speaker(p["query"], {records[r]["meta"]["speaker"] for r in total
                                                    if "thread" in records[r]["meta"]
                                                    and isinstance(records[r]["meta"].get("speaker"), str)})
+            typical = ctx.typical_length([content.get(r, records[r]["content"]) for r in total
+                                          if "thread" in records[r]["meta"] and records[r]["chunks"] == 1])
             for rid in total:
                 rec = records[rid]
                 total[rid] *= ctx.turn_weight(content.get(rid, rec["content"]), rec["meta"], named,
-                                              whole=rec["chunks"] == 1)
+                                              whole=rec["chunks"] == 1, typical=typical)
         out[qid] = [rid for rid, _ in sorted(total.items(), key=lambda x: (-x[1], x[0]))]
     return out
 
 
+def recall(data: dict, ranked: dict[str, list[int]], q: dict, k: int = 10) -> float:
+    found = {a for rid in ranked[q["qid"]][:k] for a in data["records"][rid]["aids"]} & set(q["evidence"])
+    return len(found) / len(set(q["evidence"]))
+
+
+def leave_one_conversation_out(data: dict, variants: dict[str, dict[str, list[int]]]) -> dict[str, list[int]]:
+    """Cross-validation of a constant over the conversations: for each conversation, the
+    variant with the best recall@10 on the others ranks its questions. Returns that held-out
+    ranking and prints each fold's pick."""
+    held: dict[str, list[int]] = {}
+    picks = []
+    for conv in sorted({q["conversation"] for q in data["questions"]}):
+        train = [q for q in data["questions"] if q["conversation"] != conv]
+        best = max(variants, key=lambda v: sum(recall(data, variants[v], q) for q in train))
+        picks.append(f"{conv} {best}")
+        held.update({q["qid"]: variants[best][q["qid"]] for q in data["questions"] if q["conversation"] == conv})
+    print("picked on the other conversations: " + ", ".join(picks), flush=True)
+    return held
+
+
 def score(data: dict, ranked: dict[str, list[int]], label: str) -> None:
-    records, questions = data["records"], data["questions"]
+    questions = data["questions"]
 
     def recall(q: dict, k: int) -> float:
-        found = {a for rid in ranked[q["qid"]][:k] for a in records[rid]["aids"]} & set(q["evidence"])
-        return len(found) / len(set(q["evidence"]))
+        return globals()["recall"](data, ranked, q, k)
 
     def mean(qs: list[dict], k: int = 10) -> float:
         return sum(recall(q, k) for q in qs) / len(qs)
@@ -131,11 +154,13 @@ def main() -> None:
     args = parse_args(__doc__, "/tmp/memory_replay.pkl")
     data = capture(args.folder, args.cache)
     shipped = {"share": ctx.NEIGHBOUR_SHARE, "window": ctx.WINDOW, "other_speaker": ctx.OTHER_SPEAKER,
-               "asking": ctx.ASKING}
+               "asking": ctx.ASKING, "length": ctx.TURN_LENGTH}
     score(data, replay(data, **{**shipped, "share": 0.0}), "records alone")
-    score(data, replay(data, **{**shipped, "other_speaker": 1.0, "asking": 1.0}), "thread context, no weights")
-    score(data, replay(data, **{**shipped, "asking": 1.0}), "speaker weight only")
-    score(data, replay(data, **{**shipped, "other_speaker": 1.0}), "asking weight only")
+    score(data, replay(data, **{**shipped, "other_speaker": 1.0, "asking": 1.0, "length": 0.0}),
+          "thread context, no weights")
+    score(data, replay(data, **{**shipped, "asking": 1.0, "length": 0.0}), "speaker weight only")
+    score(data, replay(data, **{**shipped, "other_speaker": 1.0, "length": 0.0}), "asking weight only")
+    score(data, replay(data, **{**shipped, "length": 0.0}), "speaker and asking weights")
     score(data, replay(data, **shipped), "shipped")
     for other in (0.0, 0.3, 0.4, 0.6):
         score(data, replay(data, **{**shipped, "other_speaker": other}),
@@ -143,6 +168,11 @@ def main() -> None:
     for asking in (0.4, 0.6, 0.7):
         score(data, replay(data, **{**shipped, "asking": asking}),
               f"speaker {shipped['other_speaker']}, asking {asking}")
+    lengths = {}
+    for length in (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.75, 1.0):
+        lengths[f"length {length}"] = replay(data, **{**shipped, "length": length})
+        score(data, lengths[f"length {length}"], f"turn length {length}")
+    score(data, leave_one_conversation_out(data, lengths), "turn length, held out")
 
 
 if __name__ == "__main__":

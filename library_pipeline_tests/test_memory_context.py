@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import statistics
 
 import pytest
 from typer.testing import CliRunner
 
 from library_pipeline_tests.search_fixtures import create_database
 from serving.memory import Viewer, index_memory, search_memory
-from serving.memory.context import (ASKING, NEIGHBOUR_SHARE, OTHER_SPEAKER, WINDOW, named_speaker, turn_weight,
-                                    with_thread_context)
+from serving.memory.context import (ASKING, NEIGHBOUR_SHARE, OTHER_SPEAKER, TURN_LENGTH, WINDOW, named_speaker,
+                                    turn_weight, with_thread_context)
 
 ME = Viewer("Agent-Chat")
 OTHER = Viewer("Agent-Other")
@@ -75,14 +77,23 @@ def _context_scores(conn, embedder, query: str) -> tuple[dict[int, float], dict[
     return {r["id"]: r["score"] for r in alone}, {r["id"]: r["score"] for r in context}
 
 
+def _length_factors(texts: list[str]) -> list[float]:
+    """Each turn's length against the median turn: ((words + 1) / (median + 1)) ** TURN_LENGTH."""
+    n = [len(re.findall(r"\w+", t)) for t in texts]
+    typical = statistics.median(n)
+    return [((k + 1) / (typical + 1)) ** TURN_LENGTH for k in n]
+
+
 def _expected(before: dict[int, float], order: list[int], weights: list[float]) -> list[float]:
     """score + share x the best neighbour's fused score (halved per step beyond the first),
-    then times the turn's weight."""
+    then times the turn's weight and its length against the thread's median turn (every
+    threaded record of the pool is one of THREAD's turns)."""
     out = []
+    lengths = _length_factors([text for _, text in THREAD])
     for i, rid in enumerate(order):
         gains = [NEIGHBOUR_SHARE * before[order[j]] / 2 ** (abs(i - j) - 1)
                  for j in range(len(order)) if 0 < abs(i - j) <= WINDOW]
-        out.append((before[rid] + max(gains)) * weights[i])
+        out.append((before[rid] + max(gains)) * weights[i] * lengths[i])
     return out
 
 
@@ -93,9 +104,10 @@ def test_thread_records_gain_their_neighbours_share(conn, embedder, loaded):
     for rid, want in zip(order, _expected(before, order, [1.0, ASKING, 1.0, 1.0])):
         assert after[rid] == pytest.approx(want, abs=1e-5), f"{before} {after} {order}"
     # the answer, which shares no word with the question, gains at least half the question
-    # turn's score
+    # turn's score (before its length against the thread's typical turn counts)
     answer, question = loaded["s1:3"], loaded["s1:2"]
-    assert after[answer] - before[answer] >= NEIGHBOUR_SHARE * before[question] - 1e-5
+    length = _length_factors([text for _, text in THREAD])[2]
+    assert after[answer] / length - before[answer] >= NEIGHBOUR_SHARE * before[question] - 1e-5
     # the other agent's record never appears: neighbours are read under the viewer's visibility
     assert loaded["other"] not in after
 
@@ -128,6 +140,38 @@ def test_turn_weights_read_the_speaker_named_and_a_closing_question():
     assert turn_weight("John: And you?", turn, "Tim") == OTHER_SPEAKER * ASKING
     assert turn_weight("John: And you?", turn, "Tim", whole=False) == OTHER_SPEAKER   # a passage of a long record
     assert turn_weight("And you?", {"speaker": "John"}, "Tim") == 1.0                 # no thread: as before
+    # the turn's words against the pool's typical turn: 7 words (8 with the smoothing) against 3
+    assert turn_weight("John: I read a novel last week.", turn, "John", typical=3) == pytest.approx(2 ** TURN_LENGTH)
+    assert turn_weight("John: I read a novel.", turn, "John", typical=5) == pytest.approx(1.0)
+    assert turn_weight("John: Yes!", turn, None, typical=5) == pytest.approx(0.5 ** TURN_LENGTH)
+    assert turn_weight("John: Yes!", turn, None, typical=5, whole=False) == 1.0      # a passage: not its length
+    assert turn_weight("Yes!", {"speaker": "John"}, None, typical=5) == 1.0            # no thread: as before
+
+
+def test_a_turn_that_tells_outranks_a_short_one_repeating_the_question(cdb, embedder):
+    """A short turn that repeats the query's words scores high in the lanes, while the turn
+    that tells something is the longer one: after thread context each threaded turn counts
+    ((words + 1) / (the pool's median + 1)) ** TURN_LENGTH x its score, and the long turn
+    comes first. Records without a thread take no such factor."""
+    viewer = Viewer("Agent-Lengths")
+    short = "Ann: Pottery class!"
+    long = ("Ann: On Tuesday evenings I go to the pottery class at the old mill; we throw bowls and mugs, "
+            "and the teacher fires them in the kiln for us the week after.")
+    with cdb.connect(autocommit=True) as conn:
+        ids = [index_memory(conn, embedder, viewer, artifact_id=f"t{i}", content=text,
+                            meta={"thread": f"day-{i}", "speaker": "Ann"}).record["id"]
+               for i, text in enumerate((short, long))]
+        note = index_memory(conn, embedder, viewer, artifact_id="note", content="Pottery class: bring an apron."
+                            ).record["id"]
+        alone = {r["id"]: r["score"] for r in search_memory(conn, embedder, viewer, "pottery class", top_k=10,
+                                                            thread_share=0.0)["results"]}
+        after = {r["id"]: r["score"] for r in search_memory(conn, embedder, viewer, "pottery class",
+                                                            top_k=10)["results"]}
+    assert alone[ids[0]] > alone[ids[1]]          # the lanes prefer the short turn
+    for rid, factor in zip(ids, _length_factors([short, long])):   # one turn per thread: no neighbours
+        assert after[rid] == pytest.approx(alone[rid] * factor, abs=1e-5)
+    assert after[ids[1]] > after[ids[0]]
+    assert after[note] == pytest.approx(alone[note])
 
 
 def test_records_without_a_thread_rank_as_before(conn, embedder, loaded):

@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 from serving.embedding import Embedder, embed_text_for_passage
 from serving.memory.chunk import split_memory
 from serving.memory.context import (NEIGHBOUR_SHARE, line_speakers, lines_weight, named_speaker, turn_weight,
-                                    with_thread_context)
+                                    typical_length, with_thread_context, words)
 from serving.passage_writer import PassageRow, PassageWriter, ts_config_for_language
 from serving.search.filters import visibility
 from serving.memory.validation import (
@@ -378,8 +378,9 @@ def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dic
                      chunks: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """The records re-ranked with their thread neighbours (serving/memory/context.py); a
     neighbour the lanes did not reach joins with its first passage as content. Then each
-    threaded record's score takes its turn_weight (who spoke, whether it asks; `query`
-    names the speaker, `chunks` says which contents are whole records). Library passages
+    threaded record's score takes its turn_weight (who spoke, whether it asks, how much it
+    says against the pool's typical turn; `query` names the speaker, `chunks` says which
+    contents are whole records). Library passages
     (include_library) keep their fused score."""
     chunks = dict(chunks or {})
     ranked = [(r["id"], r["score"]) for r in results if r["source"] == "memory"]
@@ -406,8 +407,11 @@ def _read_in_context(conn: psycopg.Connection, viewer: Viewer, results: list[dic
             memories.append({**by_id[s.record_id], "score": s.total})
     named = named_speaker(query, {m["meta"]["speaker"] for m in memories if "thread" in m["meta"]
                                   and isinstance(m["meta"].get("speaker"), str)})
+    sizes = {m["id"]: words(m["content"]) for m in memories if "thread" in m["meta"] and chunks.get(m["id"]) == 1}
+    typical = typical_length(list(sizes.values()))
     for m in memories:
-        m["score"] *= turn_weight(m["content"], m["meta"], named, whole=chunks.get(m["id"]) == 1)
+        m["score"] *= turn_weight(m["content"], m["meta"], named, whole=chunks.get(m["id"]) == 1, typical=typical,
+                                  size=sizes.get(m["id"]))
     others = [r for r in results if r["source"] != "memory"]
     return sorted(memories + others, key=lambda r: -r["score"])
 
