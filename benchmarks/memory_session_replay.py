@@ -6,6 +6,9 @@ record, position and text; then a note's score from its passages is replayed per
     LIBRARY_HOME=... PYTHONPATH=. .venv/bin/python benchmarks/memory_session_replay.py \
         ../shared/data/locomo_dev --cache /tmp/memory_session_replay.pkl
 
+The last rows add a BM25 over whole notes (each note one document) to the shipped
+score, its constants picked leave one conversation out.
+
 The notes must already be loaded (`library eval memory ../shared/data/locomo_dev`); the
 capture is kept in --cache and reused. The "shipped" row is what `library eval memory
 --reuse` reports for the session unit (ties in score aside). Rows: R@5 and MRR@10 over
@@ -14,7 +17,10 @@ sessions, R@5 per category and per conversation.
 
 from __future__ import annotations
 
+import math
 import pickle
+import statistics
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.memory_replay import parse_args
@@ -69,6 +75,63 @@ def capture(folder: str, cache: Path) -> dict:
             "shipped": shipped}
     cache.write_bytes(pickle.dumps(data))
     return data
+
+
+def note_lexemes(data: dict, cache: Path) -> dict:
+    """Each note's lexeme counts (its passages' tsvectors added up) and each question's
+    lexemes under the English configuration, for a BM25 over whole notes; added to the
+    capture once."""
+    if "lexemes" not in data:
+        db = eval_database("locomo_sessions")
+        with db.connect() as conn:
+            counts: dict[int, Counter] = {}
+            for mid, lexeme, n in conn.execute(
+                    "SELECT p.memory_id, (u).lexeme, coalesce(array_length((u).positions, 1), 1) FROM passages p "
+                    "JOIN memories m ON m.id = p.memory_id, LATERAL unnest(p.tsv) u WHERE m.agent = %s "
+                    "AND NOT p.superseded", (SESSIONS_AGENT,)):
+                counts.setdefault(mid, Counter())[lexeme] += n
+            data["lexemes"] = counts
+            data["query_lexemes"] = {
+                qid: conn.execute("SELECT coalesce(array_agg(lexeme), '{}') FROM unnest(to_tsvector('english', %s))",
+                                  (p["query"],)).fetchone()[0] for qid, p in data["pools"].items()}
+        cache.write_bytes(pickle.dumps(data))
+    return data
+
+
+def whole_note_bm25(data: dict, k1: float, b: float) -> dict[str, dict[int, float]]:
+    """qid -> note id -> z-score (over every note) of the question's BM25 against the whole
+    note, the notes as the documents (df, N and average length counted over notes)."""
+    counts = data["lexemes"]
+    df = Counter(lex for c in counts.values() for lex in c)
+    size = {m: sum(c.values()) for m, c in counts.items()}
+    avg = sum(size.values()) / len(size)
+    out = {}
+    for qid, lexemes in data["query_lexemes"].items():
+        scores = {}
+        for m, c in counts.items():
+            norm = k1 * (1 - b + b * size[m] / avg)
+            scores[m] = sum(math.log(1 + (len(counts) - df[x] + 0.5) / (df[x] + 0.5)) * c[x] * (k1 + 1)
+                            / (c[x] + norm) for x in lexemes if c[x])
+        mean, sd = statistics.fmean(scores.values()), statistics.pstdev(scores.values()) or 1.0
+        out[qid] = {m: (s - mean) / sd for m, s in scores.items()}
+    return out
+
+
+def with_note_bm25(data: dict, note_score, z: dict[str, dict[int, float]], weight: float) -> dict[str, list[int]]:
+    """rank() with each pooled note's score raised by weight x 0.1 x the best note's score
+    x its whole-note BM25 z-score."""
+    out = {}
+    passages = data["passages"]
+    for qid, p in data["pools"].items():
+        per: dict[int, list] = {}
+        for pid, s in p["pool"]:
+            per.setdefault(passages[pid][0], []).append((passages[pid][2], s))
+        named = ctx.named_speaker(p["query"], ctx.line_speakers([passages[pid][2] for pid, _ in p["pool"]]))
+        scores = {rid: note_score(named, ps) for rid, ps in per.items()}
+        top = max(scores.values(), default=1.0)
+        scores = {rid: s + weight * 0.1 * top * z[qid].get(rid, 0.0) for rid, s in scores.items()}
+        out[qid] = [rid for rid, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))]
+    return out
 
 
 def rank(data: dict, note_score) -> dict[str, list[int]]:
@@ -146,6 +209,25 @@ def main() -> None:
         score(data, rank(data, weighed(shipped[0], asking)), f"speaker {shipped[0]}, asking {asking}")
     for weights in ((1.0,), (1.0, 0.5, 0.25, 0.125), (1.0, 1.0, 1.0)):
         score(data, rank(data, weighed(*shipped, weights=weights)), f"shipped weights, passages {weights}")
+    # the note as the keyword lane's document: BM25 over whole notes beside the passages' fusion
+    data = note_lexemes(data, args.cache)
+    variants = {}
+    for k1 in (0.6, 1.2, 2.0):
+        for b in (0.3, 0.75, 1.0):
+            z = whole_note_bm25(data, k1, b)
+            for weight in (0.5, 1.0, 1.5):
+                variants[(k1, b, weight)] = with_note_bm25(data, weighed(*shipped), z, weight)
+    for key in ((1.2, 0.75, 0.5), (1.2, 0.75, 1.0), (2.0, 1.0, 1.0)):
+        score(data, variants[key], f"whole-note BM25 k1 {key[0]} b {key[1]} x{key[2]}")
+    per = {key: metrics(data, ranked) for key, ranked in variants.items()}
+    held, picks = {}, []
+    for conv in sorted({q["conversation"] for q in data["questions"]}):
+        train = [q["qid"] for q in data["questions"] if q["conversation"] != conv]
+        best = max(variants, key=lambda key: sum(per[key][qid][0] for qid in train))
+        picks.append(f"{conv} {best}")
+        held.update({q["qid"]: variants[best][q["qid"]] for q in data["questions"] if q["conversation"] == conv})
+    print("picked on the other conversations: " + ", ".join(picks), flush=True)
+    score(data, held, "whole-note BM25, held out")
 
 
 if __name__ == "__main__":
