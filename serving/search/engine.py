@@ -71,6 +71,11 @@ _DEFAULT: Any = object()
 DOCUMENT_SOURCES = ("library", "vault")
 
 
+def _searched_sources(call: Call) -> tuple[str, ...]:
+    """The sources whose statistics and background a search stands against (DOCUMENT_SOURCES)."""
+    return tuple(call.filters.sources or DOCUMENT_SOURCES)
+
+
 # the vector stages of searches given a second connection; a search waits for its own,
 # so the pool only bounds how many run at once
 _SIDE = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-vector")
@@ -183,7 +188,7 @@ def _text_lanes(call: Call) -> None:
     """Owns what the lanes that read words share - the query's lexemes per text-search
     configuration in use, the name index - and runs them (registry.py: keyword, structure)."""
     conn, cfg = call.conn, call.cfg
-    stats = call.keyword_stats = corpus_configs(conn, call.filters.sources or DOCUMENT_SOURCES) if cfg.keyword else []
+    stats = call.keyword_stats = corpus_configs(conn, _searched_sources(call)) if cfg.keyword else []
     names = call.names = NAMES.get(conn) if (cfg.title or cfg.structure) else None
     configs = sorted({s.name for s in stats} | set(names.configs if names else ()))
     t = time.perf_counter()
@@ -256,7 +261,6 @@ def _calibrated(call: Call) -> None:
         probes.append(Probe("vector", "embedding", call.embedder.name, call.embedder.dims, call.qvec))
     if call.mvec is not None and call.multi is not None:
         probes.append(Probe("multilingual", "embedding_multi", call.multi.name, call.multi.dims, call.mvec))
-    sources = call.filters.sources or DOCUMENT_SOURCES   # what the z-scores stand against
     scored_by_bm25 = call.kw is not None and cfg.keyword
     terms = bm25_terms(call.resp.keyword_trace) if scored_by_bm25 else []
     bm25_args = (pool, terms, cfg.bm25_k1, cfg.bm25_b, cfg.keyword_window)
@@ -264,7 +268,7 @@ def _calibrated(call: Call) -> None:
     # passages (window +-2) the two took 8.6 and 3.7 ms in turn
     job = _SIDE.submit(_on_side, call.side, pool_bm25, *bm25_args) if call.side is not None and terms else None
     try:
-        evidence = pool_vectors(call.conn, pool, probes, sources=sources)
+        evidence = pool_vectors(call.conn, pool, probes, sources=_searched_sources(call))
     finally:
         bm25 = job.result() if job is not None else None   # never leave `side` in use past this call
     evidence.bm25, evidence.window = bm25 if bm25 is not None else pool_bm25(call.conn, *bm25_args)
