@@ -24,7 +24,8 @@ from pathlib import Path
 
 from library_pipeline.eval.beir import eval_database
 from library_pipeline.eval.cli import _embedder
-from library_pipeline.eval.locomo import CATEGORIES, EVAL_CONFIG, load_locomo
+from library_pipeline.eval.locomo import EVAL_CONFIG
+from library_pipeline.eval.locomo_data import CATEGORIES, load_locomo
 from serving.memory import context as ctx
 from serving.memory.store import search_memory
 from serving.search.types import MAX_TOP_K, Viewer
@@ -141,18 +142,29 @@ def score(data: dict, ranked: dict[str, list[int]], label: str) -> None:
 
 
 def parse_args(doc: str, cache: str) -> argparse.Namespace:
-    """The replay scripts' command line: the LoCoMo-shaped folder, the capture's cache file."""
+    """The replay scripts' command line: the LoCoMo-shaped folder, the capture's cache file,
+    an audit of the answer key (`library eval memory --corrections`)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("folder")
     ap.add_argument("--cache", type=Path, default=Path(cache))
+    ap.add_argument("--corrections", type=Path, default=None,
+                    help="score against the audited answer key (the capture itself does not depend on it)")
     args = ap.parse_args()
     logging.getLogger("serving").setLevel(logging.WARNING)
     return args
 
 
+def answer_key(data: dict, args: argparse.Namespace) -> dict:
+    """The capture scored against the audited key when --corrections is given: the questions
+    (and their evidence) re-read with the audit applied; a question it drops is not scored."""
+    if args.corrections is None:
+        return data
+    return {**data, "questions": load_locomo(args.folder, corrections=args.corrections).questions}
+
+
 def main() -> None:
     args = parse_args(__doc__, "/tmp/memory_replay.pkl")
-    data = capture(args.folder, args.cache)
+    data = answer_key(capture(args.folder, args.cache), args)
     shipped = {"share": ctx.NEIGHBOUR_SHARE, "window": ctx.WINDOW, "other_speaker": ctx.OTHER_SPEAKER,
                "asking": ctx.ASKING, "length": ctx.TURN_LENGTH}
     score(data, replay(data, **{**shipped, "share": 0.0}), "records alone")

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.memory_replay import parse_args
+from benchmarks.memory_replay import answer_key, parse_args
 from library_pipeline.eval.beir import eval_database
-from library_pipeline.eval.locomo import CATEGORIES, EVAL_CONFIG, SESSIONS_AGENT, load_locomo, session_of
+from library_pipeline.eval.locomo import EVAL_CONFIG, SESSIONS_AGENT
+from library_pipeline.eval.locomo_data import CATEGORIES, load_locomo, session_of
 from serving.memory import context as ctx
 from serving.memory import store
 from serving.search import engine
@@ -254,7 +255,7 @@ shipped = (ctx.OTHER_SPEAKER, ctx.ASKING)
 
 def main() -> None:
     args = parse_args(__doc__, "/tmp/memory_session_replay.pkl")
-    data = capture(args.folder, args.cache)
+    data = answer_key(capture(args.folder, args.cache), args)
     score(data, data["shipped"], "search_memory as captured")
     score(data, rank(data, lambda named, ps: max(s for _, s in ps)), "best passage")
     score(data, rank(data, weighed(1.0, 1.0)), "best + 1/2 + 1/4, lines unweighed")
@@ -268,7 +269,7 @@ def main() -> None:
     for weights in ((1.0,), (1.0, 0.5, 0.25, 0.125), (1.0, 1.0, 1.0)):
         score(data, rank(data, weighed(*shipped, weights=weights)), f"shipped weights, passages {weights}")
     # the note as the keyword lane's document: BM25 over whole notes beside the passages' fusion
-    data = note_signals(data, args.cache)
+    data = answer_key(note_signals(capture(args.folder, args.cache), args.cache), args)
     variants = {}
     for k1 in (0.6, 1.2, 2.0):
         for b in (0.3, 0.75, 1.0):

@@ -304,13 +304,23 @@ def test_eval_memory_command_writes_both_units(tmp_path, make_db):
     assert rows and rows[0][2]["thread"] == "D2" and rows[0][2]["speaker"] == "Bob"
     assert rows[0][2]["date"] == "2023-06-02"
 
-    # a fixed small part: one conversation, its first question; reused without reloading
+    assert data["answer_key"] == "as published" and "the answer key as published" in table
+
+    # a fixed small part: one conversation, its first question; reused without reloading; an
+    # audit of the answer key moves that question's evidence to the turn before
+    audit = tmp_path / "errors.json"
+    audit.write_text(json.dumps([{"question_id": "locomo_1_qa0", "question": "What does Cy's sister do in Lisbon?",
+                                  "error_type": "WRONG_CITATION", "correct_evidence": ["D1:1"]}]))
     small = CliRunner().invoke(eval_app, ["memory", str(folder), "--out", str(out), "--dsn",
                                           target.settings.db_dsn, "--no-anchors", "--no-progress",
-                                          "--conversations", "c2", "--limit", "1", "--no-sessions"])
+                                          "--conversations", "c2", "--limit", "1", "--no-sessions",
+                                          "--corrections", str(audit)])
     assert small.exit_code == 0, small.output
     data = json.loads(out.with_name("mem.json").read_text())
     assert data["questions"] == 1 and data["conversations"] == ["c2"] and data["sessions"] == {}
+    assert data["answer_key"]["applied"] == 1 and data["answer_key"]["evidence_changed"] == 1
+    assert "the answer key as audited (errors.json: 1 questions corrected" in out.with_name("mem.md").read_text()
+    assert data["systems"]["memory"]["recall@10"] == pytest.approx(1.0)   # 3 turns: D1:1 is in the top 10
     bad = CliRunner().invoke(eval_app, ["memory", str(folder), "--conversations", "c9", "--dsn",
                                         target.settings.db_dsn])
     assert bad.exit_code != 0 and "c9" in bad.output
@@ -321,7 +331,8 @@ def test_the_session_unit_is_measured_in_its_own_database(tmp_path, make_db, emb
     the database's passages calibrates both): beside a library, the turns and the session
     notes each get an evaluation database of their own."""
     from library_pipeline.eval.beir import eval_database, release
-    from library_pipeline.eval.locomo import SESSIONS_AGENT, load_locomo, run_locomo_eval
+    from library_pipeline.eval.locomo import SESSIONS_AGENT, run_locomo_eval
+    from library_pipeline.eval.locomo_data import load_locomo
 
     base = make_db()
     lset = load_locomo(write_locomo(tmp_path / "tiny_locomo"))

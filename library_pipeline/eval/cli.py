@@ -174,10 +174,11 @@ def memory(
                                        help="LoCoMo-shaped folder: turns.jsonl, questions.jsonl."),
     out: Path = typer.Option(None, "--out", help="Output prefix: writes <out>.md, <out>.json and <out>.png "
                                                  "(default: eval-memory-<folder>)."),
-    conversations: str = typer.Option(None, "--conversations",
-                                      help="Comma-separated conversations to load and ask (default: all)."),
+    conversations: str = typer.Option(None, "--conversations", help="Comma-separated conversations to ask (default: all)."),
     limit: int = typer.Option(0, "--limit", min=0, help="Ask only the first N questions of each conversation "
                                                         "(every turn is still loaded)."),
+    corrections: Path = typer.Option(None, "--corrections", exists=True, dir_okay=False, help=(
+        "An audit of the answer key (errors.json of github.com/dial481/locomo-audit) to score against.")),
     sessions: bool = typer.Option(True, "--sessions/--no-sessions",
                                   help="Also measure whole-session notes (one record per session, R@5 and MRR)."),
     anchors: bool = typer.Option(True, "--anchors/--no-anchors",
@@ -195,12 +196,13 @@ def memory(
     one record through index_memory, every question one search_memory (top_k 10) as that agent;
     evidence recall@5 / @10 / all-evidence@10 overall and per category, beside bm25s, the dense
     models and naive RRF on the same turns; and the whole-session unit."""
-    from library_pipeline.eval.locomo import load_locomo, run_locomo_eval
+    from library_pipeline.eval.locomo import run_locomo_eval
+    from library_pipeline.eval.locomo_data import load_locomo
     from library_pipeline.eval.locomo_report import markdown, write_json, write_plot
 
     logging.getLogger("serving").setLevel(logging.WARNING)
     try:
-        lset = load_locomo(dataset_dir, limit=limit,
+        lset = load_locomo(dataset_dir, limit=limit, corrections=corrections,
                            conversations=[c.strip() for c in conversations.split(",") if c.strip()]
                            if conversations else None)
     except (ValueError, FileNotFoundError) as exc:

@@ -27,14 +27,12 @@ Metrics from ir-measures (library_pipeline.eval.metrics): R@5, R@10, RR@10; all@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ import psycopg
 from ir_measures import RR, R
 
 from library_pipeline.eval.beir import BeirDataset
+from library_pipeline.eval.locomo_data import CATEGORIES, LocomoSet, session_notes, session_of, turn_meta
 from library_pipeline.eval.metrics import per_query, ranking_to_run
 from serving.db import Database
 from serving.embedding import Embedder
@@ -51,7 +50,6 @@ from serving.search.types import SearchConfig, Viewer
 
 log = logging.getLogger(__name__)
 
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 TOP_K = 10
 TURN_MEASURES = {"recall@5": R @ 5, "recall@10": R @ 10}
 SESSION_MEASURES = {"R@5": R @ 5, "MRR": RR @ 10}
@@ -59,87 +57,6 @@ SESSIONS_AGENT = "locomo-sessions"
 CLIENTS = 5   # agents indexing at once: one per conversation of the dev half
 # the agents' memory configuration, unlogged: eval questions are not real use
 EVAL_CONFIG = dataclasses.replace(MEMORY_SEARCH_CONFIG, log_queries=False, label="memory-locomo")
-
-
-@dataclass
-class LocomoSet:
-    name: str
-    turns: dict[str, list[dict[str, Any]]]     # conversation -> its turns in order
-    questions: list[dict[str, Any]]            # in file order
-
-    @property
-    def conversations(self) -> list[str]:
-        return list(self.turns)
-
-
-def load_locomo(directory: Path | str, *, conversations: list[str] | None = None, limit: int = 0) -> LocomoSet:
-    """The folder's turns and questions; only `conversations` when given (unknown names
-    are refused), and only the first `limit` questions of each conversation when > 0 -
-    a fixed part, so a small run is the same run every time."""
-    directory = Path(directory)
-    turns: dict[str, list[dict[str, Any]]] = {}
-    for t in _jsonl(directory / "turns.jsonl"):
-        turns.setdefault(t["conversation"], []).append(t)
-    if conversations:
-        unknown = [c for c in conversations if c not in turns]
-        if unknown:
-            raise ValueError(f"{directory}: no conversation {unknown[0]!r} (it has {', '.join(turns)})")
-        turns = {c: turns[c] for c in conversations}
-    per_conv: dict[str, int] = {}
-    questions: list[dict[str, Any]] = []
-    for q in _jsonl(directory / "questions.jsonl"):
-        conv = q["conversation"]
-        if conv not in turns or int(q["category"]) not in CATEGORIES or not q["evidence"]:
-            continue
-        if limit and per_conv.get(conv, 0) >= limit:
-            continue
-        per_conv[conv] = per_conv.get(conv, 0) + 1
-        questions.append(q)
-    if not questions:
-        raise ValueError(f"{directory}: no questions of categories 1-4 for {', '.join(turns) or 'any conversation'}")
-    return LocomoSet(name=directory.name, turns=turns, questions=questions)
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def session_of(turn_id: str) -> str:
-    """"D3:5" -> "D3"."""
-    return turn_id.split(":", 1)[0]
-
-
-def iso_date(when: str) -> str | None:
-    """LoCoMo's "1:56 pm on 8 May, 2023" as "2023-05-08" (None when it does not parse)."""
-    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y-%m-%d"):
-        try:
-            return datetime.strptime(when.strip(), fmt).date().isoformat()
-        except ValueError:
-            continue
-    return None
-
-
-def turn_meta(turn: dict[str, Any]) -> dict[str, Any]:
-    """What a chat agent's client knows beside a turn's text: the session it belongs
-    to (`thread`), who spoke, when."""
-    meta: dict[str, Any] = {"type": "conversation", "thread": session_of(turn["id"]), "speaker": turn["speaker"]}
-    day = iso_date(turn.get("date") or "")
-    if day:
-        meta["date"] = day
-    return meta
-
-
-def session_notes(lset: LocomoSet) -> dict[str, str]:
-    """"conv-26:D3" -> the session as one note: a header line, then "speaker: text" per turn."""
-    notes: dict[str, list[str]] = {}
-    for conv, turns in lset.turns.items():
-        for t in turns:
-            key = f"{conv}:{session_of(t['id'])}"
-            if key not in notes:
-                notes[key] = [f"{conv}, session {session_of(t['id'])[1:]}, {t['date']}"]
-            notes[key].append(f"{t['speaker']}: {t['text']}")
-    return {k: "\n".join(v) for k, v in notes.items()}
 
 
 # -- loading through index_memory ---------------------------------------------------
@@ -295,12 +212,14 @@ class LocomoResult:
     systems: dict[str, dict[str, Any]]          # "memory" and the anchors -> score_turns()
     sessions: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
+    answer_key: dict[str, Any] = field(default_factory=dict)   # LocomoSet.answer_key: {} = as published
 
     def to_json(self, per_query: bool = False) -> dict[str, Any]:
         systems = {n: {k: v for k, v in m.items() if per_query or k != "per_query"} for n, m in self.systems.items()}
         sessions = {k: v for k, v in self.sessions.items() if per_query or k != "per_query"}
         return {"dataset": self.dataset, "conversations": self.conversations, "questions": self.questions,
-                "systems": systems, "sessions": sessions, "timings": self.timings}
+                "answer_key": self.answer_key or "as published", "systems": systems, "sessions": sessions,
+                "timings": self.timings}
 
 
 def percentile(ms: list[float], q: float) -> float:
@@ -377,7 +296,7 @@ def evaluate_locomo(db: Database, embedder: Embedder, lset: LocomoSet, *, dense_
         systems[name] = score_turns(lset, run)
     timings["anchors_seconds"] = round(time.perf_counter() - t, 1)
     return LocomoResult(dataset=lset.name, conversations=lset.conversations, questions=len(lset.questions),
-                        systems=systems, sessions=session_scores, timings=timings)
+                        systems=systems, sessions=session_scores, timings=timings, answer_key=lset.answer_key)
 
 
 def run_locomo_eval(base: Database | None, embedder: Embedder, lset: LocomoSet, *, dsn: str | None = None,

@@ -37,8 +37,12 @@ def markdown(result: LocomoResult) -> str:
         rows.append(f"| {system_label(name)} | {m['recall@10']:.4f} | {m['recall@5']:.4f} | {m['all@10']:.4f} | "
                     + " | ".join(f"{m['categories'][c]['recall@10']:.3f}" if c in m["categories"] else ""
                                  for c in cats) + " |")
-    out = (f"{result.dataset}: {', '.join(result.conversations)}, {result.questions} questions. Evidence recall "
-           "(per category: recall@10); each conversation one agent, every turn one record.\n\n"
+    key = result.answer_key
+    audit = (f"the answer key as audited ({key['file']}: {key['applied']} questions corrected, "
+             f"{key['evidence_changed']} of them citing other turns, {key['left_without_evidence']} left without "
+             "evidence and dropped)" if key else "the answer key as published")
+    out = (f"{result.dataset}: {', '.join(result.conversations)}, {result.questions} questions, {audit}. "
+           "Evidence recall (per category: recall@10); each conversation one agent, every turn one record.\n\n"
            + head + "\n".join(rows) + "\n")
     search = result.timings.get("search", {})
     index = result.timings.get("index", {})

@@ -188,7 +188,8 @@ def memory_locomo_recall(config: MemoryLocomoConfig, library_db: LibraryDatabase
                          embedder: EmbedderResource) -> dg.AssetCheckResult:
     from pathlib import Path
 
-    from library_pipeline.eval.locomo import load_locomo, run_locomo_eval
+    from library_pipeline.eval.locomo import run_locomo_eval
+    from library_pipeline.eval.locomo_data import load_locomo
     from serving.migration import load_active_embedder
 
     folder = config.locomo_dir or library_db.settings.locomo_dir
