@@ -7,7 +7,7 @@ re-done over the captured thread order) and the turn weights (`turn_weight` /
 also chosen leave-one-conversation-out) are replayed per variant.
 
     LIBRARY_HOME=... PYTHONPATH=. .venv/bin/python benchmarks/memory_replay.py \
-        ../shared/data/locomo_dev --cache /tmp/memory_replay.pkl
+        ../shared/data/locomo_dev --cache /tmp/memory_replay.pkl [--corrections errors.json]
 
 The turns must already be loaded (`library eval memory ../shared/data/locomo_dev`, the
 database `library_eval_locomo`); the capture is kept in --cache and reused. The shipped

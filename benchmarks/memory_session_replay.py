@@ -4,7 +4,7 @@ session notes (`library_eval_locomo_sessions`, agent `locomo-sessions`), with ea
 record, position and text; then a note's score from its passages is replayed per variant.
 
     LIBRARY_HOME=... PYTHONPATH=. .venv/bin/python benchmarks/memory_session_replay.py \
-        ../shared/data/locomo_dev --cache /tmp/memory_session_replay.pkl
+        ../shared/data/locomo_dev --cache /tmp/memory_session_replay.pkl [--corrections errors.json]
 
 The last rows add whole-note signals to the shipped score: a BM25 over whole notes (each
 note one document; its constants picked leave one conversation out), the note's centroid,
