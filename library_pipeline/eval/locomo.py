@@ -1,10 +1,8 @@
 """Agent memory on LoCoMo (ACL 2024): does a question bring back the turns that answer it?
 
-A LoCoMo-shaped folder holds `turns.jsonl` ({conversation, id "D3:5", speaker, date,
-text, content "[date] speaker: text"}) and `questions.jsonl` ({conversation, qid,
-question, answer, evidence [turn ids], category 1-4}). The data is research-use only:
-nothing of it is ever copied into this repository; the command and the asset check
-read it from where the user keeps it.
+A LoCoMo-shaped folder (library_pipeline.eval.locomo_data: the format, and an audit of
+the answer key) is research-use data: nothing of it is ever copied into this repository;
+the command and the asset check read it from where the user keeps it.
 
 Two units, both through the path agents use (`index_memory` - what the MCP tool
 memory_index runs - and `search_memory` top_k 10 as the agent), each in a database of
