@@ -163,10 +163,11 @@ def apply_corrections(questions: list[dict[str, Any]], path: Path | str) -> dict
         applied += 1
         changed += sorted(q["evidence"]) != sorted(evidence)
         emptied += not evidence
-        kinds[str(e.get("error_type", "?"))] = kinds.get(str(e.get("error_type", "?")), 0) + 1
+        kind = str(e.get("error_type") or "corrected")
+        kinds[kind] = kinds.get(kind, 0) + 1
         q["evidence"] = list(evidence)
         if e.get("correct_answer") is not None:
             q["answer"] = e["correct_answer"]
-        q["audit"] = str(e.get("error_type", "corrected"))
+        q["audit"] = kind
     return {"file": path.name, "corrections": len(entries), "applied": applied, "evidence_changed": changed,
             "left_without_evidence": emptied, "kinds": dict(sorted(kinds.items()))}
