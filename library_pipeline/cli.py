@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from library_pipeline.backup import cli as backup_cli
 from library_pipeline.eval.cli import eval_app
 from library_pipeline.migrate_cli import migrate_app
 from library_pipeline.run_plan import RANGE_SIZE
@@ -150,6 +151,8 @@ app.add_typer(graph_app, name="graph", help="Knowledge graph and RAPTOR summarie
 app.add_typer(eval_app, name="eval", help="Retrieval evaluation: BEIR datasets, the regression set, pooled judgments.")
 app.add_typer(vault_app, name="vault", help="Obsidian vault sync on git push: sync [--full], status.")
 app.add_typer(migrate_app, name="migrate", help="Migrations: `migrate embedder start|status|resume|abort`.")
+app.command("backup")(backup_cli.backup)
+app.command("restore")(backup_cli.restore)
 
 
 @app.command()

@@ -105,7 +105,8 @@ DB_BACKEND_MODULES = {
     "test_search_vector", "test_search_lexemes", "test_search_cli",
     "test_memory", "test_memory_mcp", "test_query_log",
     "test_vault_sync", "test_vault_bad_input",
-    "test_migration", "test_schema_upgrade", "test_dagster_storage",
+    "test_migration", "test_schema_upgrade", "test_dagster_storage", "test_backup",
+    "test_upgrade_old_release",
 }
 
 

@@ -135,6 +135,10 @@ class Settings:
     memory_eval_set: str | None = None     # LIBRARY_MEMORY_EVAL_SET
     locomo_dir: str | None = None          # LIBRARY_EVAL_LOCOMO: a LoCoMo-shaped folder (research data, not shipped)
     judge_model: str | None = None         # LIBRARY_JUDGE_MODEL
+    # the nightly backup (library_pipeline/defs/ops/backup.py)
+    backup_dir: Path | None = None         # LIBRARY_BACKUP_DIR; None = <home>/backups
+    backup_keep: int = 7                   # LIBRARY_BACKUP_KEEP: the newest N backups are kept
+    backup_memories_only: bool = False     # LIBRARY_BACKUP_MEMORIES_ONLY: the nightly backup saves only memories
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -187,6 +191,9 @@ class Settings:
             memory_eval_set=_str("LIBRARY_MEMORY_EVAL_SET"),
             locomo_dir=_str("LIBRARY_EVAL_LOCOMO"),
             judge_model=_str("LIBRARY_JUDGE_MODEL"),
+            backup_dir=_path("LIBRARY_BACKUP_DIR"),
+            backup_keep=_int("LIBRARY_BACKUP_KEEP", 7),
+            backup_memories_only=(_str("LIBRARY_BACKUP_MEMORIES_ONLY", "") or "0").lower() in ("1", "on", "true", "yes"),
         )
 
 

@@ -61,6 +61,7 @@ DOMAIN = {
     "library_pipeline/eval": (KERNEL, "library_pipeline.run_plan", "library_pipeline.ingest"),
     "library_pipeline/enrich": (KERNEL, "library_pipeline.ingest.passage_text"),
     "library_pipeline/memory": (),
+    "library_pipeline/backup": ("library_pipeline.memory",),
 }
 
 

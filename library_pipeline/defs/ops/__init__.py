@@ -1,5 +1,5 @@
-"""Operational definitions: the weekly reconcile schedule, the re-embed migration and
-query-log retention. Their runs go in the maintenance lane (library_pipeline.run_plan).
+"""Operational definitions: the weekly reconcile schedule, the re-embed migration,
+query-log retention and the nightly backup. Their runs go in the maintenance lane (library_pipeline.run_plan).
 
 Exposes `defs`, merged into `library_pipeline.definitions`.
 """
@@ -9,7 +9,7 @@ import dagster as dg
 from library_pipeline import launch
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.defs.ops import reembed
+from library_pipeline.defs.ops import backup, reembed
 
 
 def reconcile_requests(keys: list[str], stamp: str | None = None) -> list[dg.RunRequest]:
@@ -44,4 +44,5 @@ def library_reconcile_schedule(context: dg.ScheduleEvaluationContext) -> list[dg
 defs = dg.Definitions.merge(
     dg.Definitions(schedules=[library_reconcile_schedule]),
     reembed.defs,  # re-embed migration asset, query-log retention schedule
+    backup.defs,  # the nightly backup and its restore check
 )
