@@ -138,16 +138,23 @@ def enrichment_progress(db: Database) -> str | None:
             f"files ({done}/{total} passages of started files)")
 
 
+def _knows_library_files(db: Database) -> bool:
+    with db.connect() as conn:
+        return conn.execute("SELECT EXISTS (SELECT 1 FROM documents WHERE source = 'library')").fetchone()[0]
+
+
 def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
     _check_ports(webserver_port, mcp_port if mcp else None)
     settings = get_settings()
-    if not settings.library_dir_explicit:
-        seed_example_library(settings.library_dir)
     db = Database(settings)
     children: dict[str, subprocess.Popen] = {}
     previous = _install_stop_handlers()
     try:
         db.ensure_schema()
+        if not settings.library_dir_explicit and not _knows_library_files(db):
+            # a home restored from a backup whose files are not back in the folder yet is not a
+            # first run: the example books would be ingested into the user's library
+            seed_example_library(settings.library_dir)
         dagster_home = prepare_dagster_home(db)
         if ingest:
             from library_pipeline.ingest_runner import run_ingest

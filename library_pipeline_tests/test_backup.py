@@ -30,7 +30,7 @@ from library_pipeline.backup.backup import backup
 from library_pipeline.backup.restore import restore
 from library_pipeline.cli import app
 from library_pipeline.defs.ops.backup import library_backup, library_backup_restorable
-from library_pipeline.resources import LibraryDatabase
+from library_pipeline.resources import LibraryDatabase, release_databases
 from library_pipeline.testing.sample_library import small_library
 from library_pipeline_tests.conftest import EXTERNAL_PG_DSN
 from serving.db import Database
@@ -325,6 +325,36 @@ def test_the_backup_asset_keeps_the_newest_and_its_check_restores_them(populated
     assert not check.passed and "truncated" in check.description
 
 
+_MATERIALIZE = ("import dagster as dg\n"
+                "from library_pipeline.defs.ops.backup import library_backup\n"
+                "from library_pipeline.resources import LibraryDatabase\n"
+                "from serving.settings import get_settings\n"
+                "dg.materialize([library_backup], resources={'library_db': LibraryDatabase.from_settings("
+                "get_settings())}, raise_on_error=True)\n")
+
+
+def test_an_asset_run_killed_mid_backup_leaves_the_newest_backup_restorable(populated, embedder, tmp_path):
+    backups = tmp_path / "backups"
+    env = {**os.environ, "LIBRARY_DB_DSN": populated.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home"),
+           "LIBRARY_BACKUP_DIR": str(backups)}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", _MATERIALIZE], env=env, check=True, capture_output=True)
+    whole = time.perf_counter() - started
+    with populated.connect(autocommit=True) as conn:
+        index_memory(conn, embedder, B, artifact_id="later", scope="global", content="written after the first backup")
+    rng = random.Random(3)
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", _MATERIALIZE], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 1.0) * whole)  # the second half: the backup itself, after the imports
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        result = dg.materialize([library_backup_restorable], resources=_asset_resources(populated, backups),
+                                selection=dg.AssetSelection.checks(library_backup_restorable))
+        [check] = result.get_asset_check_evaluations()
+        assert check.passed, check.description
+
+
 def test_the_backup_asset_memories_only(populated, tmp_path):
     result = dg.materialize([library_backup, library_backup_restorable],
                             resources=_asset_resources(populated, tmp_path / "b"),
@@ -350,13 +380,18 @@ def test_backup_delete_the_home_restore(embedder, test_data, monkeypatch):
         db.stop()
         out = CliRunner().invoke(app, ["backup", str(root / "home.backup")])
         assert out.exit_code == 0, out.output
+        dg.materialize([library_backup], resources=_asset_resources(db, root / "nightly"), raise_on_error=True)
+        release_databases(root / "home")  # the resource's claim on the server, before the home goes
+        [nightly] = (root / "nightly").glob("library-*.backup")
         shutil.rmtree(root / "home")
-        out = CliRunner().invoke(app, ["restore", str(root / "home.backup")])
-        assert out.exit_code == 0, out.output
-        db = Database(settings)
-        with db.connect() as conn:
-            assert [m[:10] for m in memory_state(conn)] == [m[:10] for m in memories]
-            assert top10(conn, embedder) == before
-        db.stop()
+        for file in (root / "home.backup", nightly):  # the command's backup, then the asset's
+            shutil.rmtree(root / "home", ignore_errors=True)
+            out = CliRunner().invoke(app, ["restore", str(file)])
+            assert out.exit_code == 0, out.output
+            db = Database(settings)
+            with db.connect() as conn:
+                assert [m[:10] for m in memory_state(conn)] == [m[:10] for m in memories]
+                assert top10(conn, embedder) == before
+            db.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)

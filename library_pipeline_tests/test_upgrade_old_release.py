@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from library_pipeline.backup.pgtools import libpq_env, pg_tool, server_major
+from library_pipeline.backup.backup import table_counts
+from library_pipeline.backup.pgtools import server_major
+from library_pipeline.backup.restore import replay_dump
 from serving.db import Database
 from serving.memory import Viewer, get_memory, index_memory, search_memory
 from serving.search import search
@@ -54,18 +55,8 @@ def restore(server_db: Database, library_dir: Path) -> Database:
     info = psycopg.conninfo.conninfo_to_dict(server_db.dsn)
     info["dbname"] = name
     dsn = psycopg.conninfo.make_conninfo(**info)
-    conninfo, env = libpq_env(dsn)
-    tool = str(pg_tool("pg_restore", major))
-    # COMMENT ON EXTENSION vector is left out: on the external server the extension comes
-    # from template1, owned by the superuser, and a non-owner's COMMENT fails the restore
-    listing = subprocess.run([tool, "-l", str(DUMP)], check=True, capture_output=True, text=True).stdout
-    keep = [line for line in listing.splitlines() if " COMMENT - EXTENSION " not in line]
-    toc = library_dir.parent / f"{name}.toc"
-    library_dir.mkdir(parents=True, exist_ok=True)
-    toc.write_text("\n".join(keep) + "\n", encoding="utf-8")
-    done = subprocess.run([tool, "--no-owner", "--no-privileges", "--exit-on-error", "-L", str(toc),
-                           "-d", conninfo, str(DUMP)], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
+    # through the restore's own replay: one transaction, the extension left to the server
+    replay_dump(dsn, DUMP, DUMP_MAJOR)
     settings = dataclasses.replace(server_db.settings, db_dsn=dsn, library_dir=library_dir)
     db = Database(settings)
     db.ensure_schema()
@@ -74,10 +65,7 @@ def restore(server_db: Database, library_dir: Path) -> Database:
 
 def counts(db: Database) -> dict[str, int]:
     with db.connect() as conn:
-        tables = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")]
-        return {t: conn.execute(psycopg.sql.SQL("SELECT count(*) FROM {}").format(
-            psycopg.sql.Identifier(t))).fetchone()[0] for t in tables}
+        return table_counts(conn)
 
 
 @pytest.fixture(scope="module")

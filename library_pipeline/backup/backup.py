@@ -9,12 +9,11 @@ describes exactly what the payload holds.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import datetime as dt
 import logging
 import re
-import signal
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -47,13 +46,14 @@ class BackupResult:
     seconds: float
 
 
-def _die_with_parent() -> None:
-    """pg_dump dies with the backup process: a backup killed with SIGKILL must not leave
-    a pg_dump writing on behind it (PR_SET_PDEATHSIG, Linux)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def dies_with_parent(cmd: list[str]) -> list[str]:
+    """`cmd` made to die with this process: a backup killed with SIGKILL must not leave a
+    pg_dump writing on behind it. Through util-linux `setpriv --pdeathsig` (where it is
+    installed), not a `preexec_fn`: Python code run between fork and exec deadlocked the
+    child while another thread of the process (a memory writer embedding text) held a
+    lock - a backup taken while agents write hung for ever."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", *cmd] if setpriv else cmd
 
 
 def table_names(conn: psycopg.Connection) -> list[str]:
@@ -80,8 +80,8 @@ def _pg_dump(dsn: str, snapshot: str, major: int, out: Path, tables: int, progre
     conninfo, env = libpq_env(dsn)
     cmd = [str(exe), "--format=custom", "--no-owner", "--no-privileges", "--verbose",
            f"--snapshot={snapshot}", f"--file={out}", f"--dbname={conninfo}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(dies_with_parent(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
     done, errors = 0, []
     assert proc.stderr is not None
     for line in proc.stderr:

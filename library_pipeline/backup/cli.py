@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -13,6 +15,7 @@ from library_pipeline.backup.archive import BackupError
 from serving.db import Database
 from serving.settings import get_settings
 
+T = TypeVar("T")
 console = Console(stderr=True, soft_wrap=True)  # a path or a reason is one line, never folded
 
 
@@ -40,9 +43,18 @@ def _progress() -> Progress:
                     console=console, transient=True)
 
 
-def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/] {exc}")
-    raise typer.Exit(2)
+def _with_progress(work: Callable[..., T], file: Path, **options: Any) -> T:
+    """`work(db, file, progress=…, **options)` on this process's library database, with a
+    progress line; a refusal is one line and exit status 2."""
+    db = Database(get_settings())
+    try:
+        with _progress() as progress:
+            return work(db, file, progress=_Bar(progress), **options)
+    except BackupError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    finally:
+        db.stop()
 
 
 def backup(
@@ -54,14 +66,7 @@ def backup(
     """A consistent snapshot of the library database while it serves (embedded or LIBRARY_DB_DSN)."""
     from library_pipeline.backup.backup import backup as run_backup
 
-    db = Database(get_settings())
-    try:
-        with _progress() as progress:
-            result = run_backup(db, file, memories_only=memories_only, progress=_Bar(progress))
-    except BackupError as exc:
-        _fail(exc)
-    finally:
-        db.stop()
+    result = _with_progress(run_backup, file, memories_only=memories_only)
     m = result.manifest
     rows = sum(m.counts.values())
     console.print(f"[bold]{result.path}[/]: {m.kind} backup, {_size(result.bytes)}, {rows:,} rows of "
@@ -78,14 +83,7 @@ def restore(
     The file is checked whole before anything is touched."""
     from library_pipeline.backup.restore import restore as run_restore
 
-    db = Database(get_settings())
-    try:
-        with _progress() as progress:
-            result = run_restore(db, file, force=force, progress=_Bar(progress))
-    except BackupError as exc:
-        _fail(exc)
-    finally:
-        db.stop()
+    result = _with_progress(run_restore, file, force=force)
     t = result.totals
     console.print(f"restored {result.manifest.kind} backup of {result.manifest.created_at} in "
                   f"{result.seconds:.1f} s: {t['files']:,} files, {t['vault notes']:,} vault notes, "

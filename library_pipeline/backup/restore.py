@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import subprocess
 import tempfile
 import threading
@@ -24,15 +25,58 @@ import psycopg
 
 from library_pipeline.backup import memories as memories_kind
 from library_pipeline.backup.archive import BackupError, Manifest, check_archive, extracted
-from library_pipeline.backup.backup import DUMP_MEMBER, Progress, _die_with_parent
+from library_pipeline.backup.backup import DUMP_MEMBER, Progress, dies_with_parent
 from library_pipeline.backup.pgtools import ToolError, libpq_env, pg_tool, server_major
 from serving.db import Database
 from serving.lexemes import refresh_lexeme_df
 
 log = logging.getLogger(__name__)
 
-# the schema emptied in the restore's own transaction, before the dump's objects are made
-_EMPTY_SCHEMA = b"DROP SCHEMA IF EXISTS public CASCADE;\nCREATE SCHEMA public;\n"
+# The schema emptied in the restore's own transaction, before the dump's objects are
+# made: every table, view, sequence and function of the library's schema except those
+# of an extension. The extension stays: on a server where the library's role is not a
+# superuser, pgvector belongs to the superuser who created it, and dropping it (or the
+# dump's COMMENT ON EXTENSION) fails with "must be owner of extension vector".
+_EMPTY_SCHEMA = b"""
+CREATE EXTENSION IF NOT EXISTS vector;
+DO $empty$
+DECLARE stmt text;
+BEGIN
+    FOR stmt IN
+        SELECT format('DROP %s IF EXISTS %s CASCADE',
+                      CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                                     WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.oid::regclass)
+        FROM pg_class c
+        WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+          AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                          AND d.objid = c.oid AND d.deptype IN ('e', 'a', 'i'))
+    LOOP
+        EXECUTE stmt;
+    END LOOP;
+    FOR stmt IN
+        SELECT format('DROP %s IF EXISTS %s CASCADE', CASE p.prokind WHEN 'p' THEN 'PROCEDURE'
+                      WHEN 'a' THEN 'AGGREGATE' ELSE 'FUNCTION' END, p.oid::regprocedure)
+        FROM pg_proc p
+        WHERE p.pronamespace = current_schema()::regnamespace
+          AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+                          AND d.objid = p.oid AND d.deptype = 'e')
+    LOOP
+        EXECUTE stmt;
+    END LOOP;
+END $empty$;
+"""
+
+
+def _toc_without_extensions(restore_exe: Path, dump: Path, into: Path) -> Path:
+    """The archive's table of contents less its extension entries (made or kept by
+    _EMPTY_SCHEMA instead), for `pg_restore --use-list`."""
+    listing = subprocess.run([str(restore_exe), "--list", str(dump)], capture_output=True, text=True)
+    if listing.returncode != 0:
+        raise BackupError(f"pg_restore cannot read the dump: {listing.stderr.strip().splitlines()[:1]}")
+    keep = [ln for ln in listing.stdout.splitlines() if not re.search(r"\bEXTENSION\b", ln)]
+    out = into / "toc.list"
+    out.write_text("\n".join(keep) + "\n", encoding="utf-8")
+    return out
 
 
 @dataclasses.dataclass
@@ -62,7 +106,7 @@ def _describe(held: dict[str, int]) -> str:
     return ", ".join(f"{v:,} {k}" for k, v in held.items() if v and k != "versions")
 
 
-def _replay(dsn: str, dump: Path, dump_major: int, progress: Progress | None) -> None:
+def replay_dump(dsn: str, dump: Path, dump_major: int, progress: Progress | None = None) -> None:
     """pg_restore's script of `dump` into psql, in one transaction that empties the schema first."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         target_major = server_major(conn)
@@ -72,32 +116,38 @@ def _replay(dsn: str, dump: Path, dump_major: int, progress: Progress | None) ->
         psql_exe = pg_tool("psql", target_major)
     except ToolError as exc:
         raise BackupError(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="library-restore-") as tmp:
+        _stream(restore_exe, psql_exe, dsn, dump, _toc_without_extensions(restore_exe, dump, Path(tmp)), progress)
+
+
+def _stream(restore_exe: Path, psql_exe: Path, dsn: str, dump: Path, toc: Path, progress: Progress | None) -> None:
     conninfo, env = libpq_env(dsn)
     # a session idle in a transaction on the target must not hang the restore for ever;
     # HNSW indexes build several times faster when their graph fits in memory
     env["PGOPTIONS"] = "-c lock_timeout=60s -c maintenance_work_mem=512MB"
-    script = subprocess.Popen([str(restore_exe), "--no-owner", "--no-privileges", "--file=-", str(dump)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
-    psql = subprocess.Popen([str(psql_exe), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                             f"--dbname={conninfo}"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
+    script = subprocess.Popen(dies_with_parent([str(restore_exe), "--no-owner", "--no-privileges",
+                                                f"--use-list={toc}", "--file=-", str(dump)]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    psql = subprocess.Popen(dies_with_parent([str(psql_exe), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                                              "--single-transaction", f"--dbname={conninfo}"]),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     assert script.stdout is not None and psql.stdin is not None
     errors: dict[str, bytes] = {}
     readers = [threading.Thread(target=lambda n=n, p=p: errors.__setitem__(n, p.stderr.read()), daemon=True)
                for n, p in (("pg_restore", script), ("psql", psql))]
     for t in readers:
         t.start()
-    total, sent = dump.stat().st_size, 0
+    sent = 0
     try:
         psql.stdin.write(_EMPTY_SCHEMA)
         while block := script.stdout.read(1 << 20):
             psql.stdin.write(block)
             sent += len(block)
-            if progress:  # the script is larger than the compressed dump: an estimate
-                progress("restoring", min(sent // 4, total), total)
+            if progress:  # the SQL's size is not known ahead: bytes replayed, no total
+                progress("restoring", sent, 0)
         psql.stdin.close()
     except BrokenPipeError:
-        pass  # psql stopped at an error: its message says which
+        script.kill()  # psql stopped at an error (its message says which): pg_restore would block on the pipe
     script.wait()
     psql.wait()
     for t in readers:
@@ -136,7 +186,7 @@ def restore(db: Database, path: Path, *, force: bool = False, progress: Progress
                               "`library restore --force` replaces what it holds")
         with tempfile.TemporaryDirectory(prefix="library-restore-", dir=path.parent) as tmp, \
                 extracted(path, DUMP_MEMBER, Path(tmp)) as dump:
-            _replay(db.dsn, dump, int(manifest.extra.get("pg_dump_major") or 0), progress)
+            replay_dump(db.dsn, dump, int(manifest.extra.get("pg_dump_major") or 0), progress)
         db._schema_ready = False  # noqa: SLF001 - the schema was replaced under this Database
         if upgrade:
             db.ensure_schema()
