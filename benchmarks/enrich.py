@@ -27,7 +27,7 @@ import dagster as dg
 
 from library_pipeline.enrich.kg_store import kg_step
 from library_pipeline.enrich.raptor import raptor_step
-from library_pipeline.ingest_runner import run_ingest
+from library_pipeline.launch.ingest_runner import run_ingest
 from serving.db import Database
 from serving.embedding import load_embedder
 from serving.settings import Settings

@@ -33,7 +33,7 @@ from eval_tune import load_set, parse_variant  # noqa: E402
 from library_pipeline.eval.beir import build_index, eval_database, release  # noqa: E402
 from library_pipeline.eval.harness import run_config  # noqa: E402
 from library_pipeline.eval.metrics import aggregate, per_query  # noqa: E402
-from library_pipeline.migrate import fill_multilingual  # noqa: E402
+from library_pipeline.migrate.embedder import fill_multilingual  # noqa: E402
 from serving.embedding import load_embedder, multilingual_embedder  # noqa: E402
 from serving.search import SearchConfig  # noqa: E402
 

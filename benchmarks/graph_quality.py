@@ -355,13 +355,13 @@ def main() -> None:
 
     import dagster as dg
 
-    from library_pipeline.dagster_home import prepare_dagster_home
+    from library_pipeline.instance.home import prepare_dagster_home
     from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
     from library_pipeline.defs.enrich.resources import GeneratorResource
     from library_pipeline.defs.ingest.partitions import library_files_partitions
-    from library_pipeline.run_plan import ENRICH_LANE, range_tags
-    from library_pipeline.ingest_runner import run_ingest
-    from library_pipeline.launch import QUIET_RUN_CONFIG
+    from library_pipeline.launch.run_plan import ENRICH_LANE, range_tags
+    from library_pipeline.launch.ingest_runner import run_ingest
+    from library_pipeline.launch.plans import QUIET_RUN_CONFIG
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
     from serving import graph
     from serving.db import Database

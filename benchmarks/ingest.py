@@ -35,8 +35,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from library_pipeline.dagster_home import prepare_dagster_home
-from library_pipeline.ingest_runner import run_ingest
+from library_pipeline.instance.home import prepare_dagster_home
+from library_pipeline.launch.ingest_runner import run_ingest
 from library_pipeline.resources import release_databases
 from serving.db import Database
 from serving.embedding import (embed_text_for_passage, encode_passages_side_by_side, load_embedder,
@@ -208,7 +208,8 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
     in this process (the daemon launches them the same way, one run per request)."""
     from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
     from library_pipeline.defs.ingest.sensors import library_folder_sensor
-    from library_pipeline import launch
+    from library_pipeline.definitions import definitions_for
+    from library_pipeline.launch import plans as launch
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
 
     library_db = LibraryDatabase.from_settings(db.settings)
@@ -229,7 +230,7 @@ def _sensor_first_sync(db: Database, instance: dg.DagsterInstance) -> dict:
         failed += not run.success
     # what the daemon's automation runs after them
     launch.follow_up(launch.RunPlan(launch.INGEST_JOB, [], "benchmark"), instance, launch.Launched(),
-                     launch.location(db.settings))
+                     definitions_for(db.settings))
     return {"tick_s": round(tick, 3), "runs": len(result.run_requests), "failed_runs": failed}
 
 

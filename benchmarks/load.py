@@ -35,7 +35,7 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per MCP request otherwise
     import dagster as dg
 
-    from library_pipeline.ingest_runner import run_ingest
+    from library_pipeline.launch.ingest_runner import run_ingest
     from serving.db import Database
     from serving.settings import Settings
 

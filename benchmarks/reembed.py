@@ -21,7 +21,7 @@ from pathlib import Path
 
 from library_pipeline.ingest.store import chunk_step, embed_step, extract_step, register_files
 from library_pipeline.eval.memory_eval import load_artifacts, load_memory_set
-from library_pipeline.migrate import EmbedderSpec, run, start
+from library_pipeline.migrate.embedder import EmbedderSpec, run, start
 from serving.db import Database
 from serving.embedding import load_embedder
 from serving.search import SearchConfig, search

@@ -63,7 +63,7 @@ def make_files(folder: Path, n: int) -> None:
 def bench_sensor_and_status(home: Path, n_files: int, n_materialized: int) -> dict:
     import dagster as dg
 
-    from library_pipeline.dagster_home import prepare_dagster_home
+    from library_pipeline.instance.home import prepare_dagster_home
     from library_pipeline.defs.ingest.partitions import library_files_partitions
     from library_pipeline.defs.ingest.sensors import library_folder_sensor
     from library_pipeline.resources import LibraryDatabase
@@ -150,7 +150,7 @@ def _materialize_cli(env: dict, start: str, end: str, in_process: bool) -> float
 
 
 def bench_executors(home: Path, n_files: int) -> dict:
-    from library_pipeline.dagster_home import prepare_dagster_home
+    from library_pipeline.instance.home import prepare_dagster_home
     from library_pipeline.defs.ingest.partitions import library_files_partitions
     from library_pipeline.ingest.store import register_files
     from library_pipeline.defs.ingest.partitions import scan_library

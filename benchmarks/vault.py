@@ -33,7 +33,7 @@ import dagster as dg
 
 from library_pipeline.defs.vault import VaultResource
 from library_pipeline.resources import EmbedderResource
-from library_pipeline.vault_runner import run_sync
+from library_pipeline.launch.vault_runner import run_sync
 from serving.db import Database
 from serving.settings import Settings
 

@@ -13,7 +13,10 @@ packages.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
+import unicodedata
 from dataclasses import dataclass, field
 
 import psycopg
@@ -159,3 +162,26 @@ def purge_removed(db: Database) -> list[tuple[str, str]]:
         conn.execute("SELECT kg_forget_documents(%s::bigint[])", (ids,))
         return [(r[0], r[1]) for r in conn.execute(
             "DELETE FROM documents WHERE id = ANY(%s) RETURNING path, partition_key", (ids,)).fetchall()]
+
+
+# -- partition keys ---------------------------------------------------------------
+# Dagster rejects partition keys containing `...` or control characters, and commas or
+# brackets confuse range selection in the UI; real file names hold all of these. The
+# key is therefore derived from the path (readable slug + hash of the exact relative
+# path, so two names that slug alike stay apart) and the real path lives in
+# `documents.path`. Library files, vault notes and evaluation corpora share the rule.
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._/-]+")
+_MAX_SLUG = 80
+
+
+def partition_key_for(relpath: str) -> str:
+    """Stable, Dagster-safe partition key for a path relative to the library root."""
+    digest = hashlib.sha1(relpath.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    ascii_name = unicodedata.normalize("NFKD", relpath).encode("ascii", "ignore").decode("ascii")
+    slug = _UNSAFE.sub("_", ascii_name)
+    slug = re.sub(r"\.{2,}", ".", slug)          # no '...' (nor '..')
+    slug = re.sub(r"_{2,}", "_", slug).strip("._/-") or "file"
+    if len(slug) > _MAX_SLUG:
+        slug = slug[-_MAX_SLUG:].lstrip("._/-")
+    return f"{slug}~{digest}"

@@ -25,7 +25,7 @@ def mcp_http_server(env: dict[str, str], log_path: Path, *, timeout: float = 120
                     module: tuple[str, ...] = ("serving.mcp_server",)) -> Iterator[str]:
     """Runs the HTTP MCP server with `env` until the block ends; yields its URL.
     `module`: what `python -m` runs before `--http` (the bare server, or the
-    `library serve` command: ("library_pipeline.cli", "serve"))."""
+    `library serve` command: ("library_pipeline.cli.main", "serve"))."""
     port = free_port()
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", *module, "--http", "--port", str(port)],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from library_pipeline.ingest_runner import run_ingest
+from library_pipeline.launch.ingest_runner import run_ingest
 from serving.db import Database
 
 

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from library_pipeline.backup.archive import check_archive
 from library_pipeline.backup.backup import backup
 from library_pipeline.backup.restore import restore
-from library_pipeline.cli import app
+from library_pipeline.cli.main import app
 from library_pipeline.defs.ops.backup import library_backup, library_backup_restorable
 from library_pipeline.resources import LibraryDatabase, release_databases
 from library_pipeline.testing.sample_library import small_library
@@ -200,7 +200,7 @@ def test_a_truncated_or_foreign_file_is_refused_and_the_target_untouched(populat
 
 def _backup_process(db: Database, file: Path) -> subprocess.Popen:
     env = {**os.environ, "LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(file.parent / "home")}
-    return subprocess.Popen([sys.executable, "-m", "library_pipeline.cli", "backup", str(file)], env=env,
+    return subprocess.Popen([sys.executable, "-m", "library_pipeline.cli.main", "backup", str(file)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -85,7 +85,7 @@ class Round:
 def _start(r: Round, name: str, args: list[str]) -> None:
     out = (r.home / f"{name}.out").open("wb")
     err = (r.home / f"{name}.err").open("wb")
-    r.procs[name] = subprocess.Popen([sys.executable, "-m", "library_pipeline.cli", *args], cwd=REPO, env=r.env,
+    r.procs[name] = subprocess.Popen([sys.executable, "-m", "library_pipeline.cli.main", *args], cwd=REPO, env=r.env,
                                      stdout=out, stderr=err, start_new_session=True)
     out.close()
     err.close()
@@ -311,13 +311,13 @@ def test_all_commands_start_at_once_on_an_external_server():
 # -- the example-library copy: many first `library up`s on one home -----------------
 
 def _seed(library_dir: str, results) -> None:
-    from library_pipeline.up import seed_example_library
+    from library_pipeline.cli.up import seed_example_library
 
     results.put(seed_example_library(Path(library_dir)))
 
 
 def test_example_library_is_copied_once_by_concurrent_starts(tmp_path):
-    from library_pipeline.up import EXAMPLE_LIBRARY
+    from library_pipeline.cli.up import EXAMPLE_LIBRARY
 
     library = tmp_path / "home" / "library"
     ctx = multiprocessing.get_context("spawn")
@@ -338,7 +338,7 @@ def test_example_library_is_copied_once_by_concurrent_starts(tmp_path):
 # -- a start that fails for a real reason: one line naming it --------------------
 
 def _library(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "library_pipeline.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "library_pipeline.cli.main", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 
-from library_pipeline.dagster_home import EVENT_BATCH_SIZE, prepare_dagster_home
-from library_pipeline.dagster_storage import LibraryEventLogStorage
+from library_pipeline.instance.home import EVENT_BATCH_SIZE, prepare_dagster_home
+from library_pipeline.instance.storage import LibraryEventLogStorage
 
 FILES = dg.DynamicPartitionsDefinition(name="storage_test_files")
 

@@ -15,12 +15,12 @@ import dagster as dg
 import pytest
 import yaml
 
-from library_pipeline.dagster_home import ENRICH_POOL, LANE_TAG, POOLS, RUN_QUEUE, prepare_dagster_home
+from library_pipeline.instance.home import ENRICH_POOL, LANE_TAG, POOLS, RUN_QUEUE, prepare_dagster_home
 from library_pipeline.defs.enrich import enrich_automation
 from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
 from library_pipeline.ingest.extract import extract_file
-from library_pipeline.ingest_runner import run_ingest
-from library_pipeline.up import enrichment_progress
+from library_pipeline.launch.ingest_runner import run_ingest
+from library_pipeline.cli.up import enrichment_progress
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY
 from library_pipeline_tests.enrich_fixtures import partition_keys, run_assets
 

@@ -270,7 +270,7 @@ def test_resolution_across_files_merges_spellings(db):
 def test_graph_cli(library, monkeypatch):
     from typer.testing import CliRunner
 
-    from library_pipeline.cli import app
+    from library_pipeline.cli.main import app
 
     monkeypatch.setenv("LIBRARY_DB_DSN", library.dsn)
     monkeypatch.setenv("LIBRARY_HOME", str(library.settings.home))

@@ -103,7 +103,7 @@ def test_ingest_and_vault_sync_first_writes_at_once(tmp_path, embedder):
             write(repo / "orchard.md", NOTE)
             commit_all(repo, "first note")
             env = dict(_base_env(home), LIBRARY_VAULT_REPO=str(repo), LIBRARY_VAULT_BRANCH="main")
-            procs = {name: subprocess.Popen([sys.executable, "-m", "library_pipeline.cli", *args], cwd=REPO, env=env,
+            procs = {name: subprocess.Popen([sys.executable, "-m", "library_pipeline.cli.main", *args], cwd=REPO, env=env,
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                      for name, args in (("ingest", ["ingest"]), ("vault", ["vault", "sync"]))}
             outs = {name: p.communicate(timeout=360) for name, p in procs.items()}

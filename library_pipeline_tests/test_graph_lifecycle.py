@@ -62,7 +62,7 @@ def lib(server_db, test_data, tmp_path_factory):
 
 
 def cli(*args: str) -> str:
-    from library_pipeline.cli import app
+    from library_pipeline.cli.main import app
 
     result = CliRunner().invoke(app, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -12,7 +12,7 @@ import pymupdf
 import pytest
 from typer.testing import CliRunner
 
-from library_pipeline.cli import app
+from library_pipeline.cli.main import app
 from library_pipeline.defs.ingest.partitions import partition_key_for
 from library_pipeline.ingest.store import chunk_step, embed_step, extract_step, register_files
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY

@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from library_pipeline.defs.ingest.partitions import partition_key_for
-from library_pipeline.ingest_runner import purge_removed_files
+from library_pipeline.launch.ingest_runner import purge_removed_files
 from library_pipeline_tests.ingest_helpers import doc_rows, ingest, latest_metadata, write
 
 PARAGRAPHS = [

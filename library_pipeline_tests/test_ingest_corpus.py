@@ -25,7 +25,7 @@ import dagster as dg
 import pymupdf
 import pytest
 
-from library_pipeline.dagster_home import prepare_dagster_home
+from library_pipeline.instance.home import prepare_dagster_home
 from library_pipeline_tests.conftest import SAMPLE_LIBRARY, new_database
 from library_pipeline_tests.ingest_helpers import doc_rows, ingest, latest_metadata
 
@@ -78,7 +78,7 @@ def test_every_document_lands(corpus):
     # the instance really is the Postgres-backed one, shared with the UI
     from dagster_postgres import PostgresRunStorage
 
-    from library_pipeline.dagster_storage import LibraryRunStorage
+    from library_pipeline.instance.storage import LibraryRunStorage
 
     assert isinstance(instance.run_storage, LibraryRunStorage)
     assert isinstance(instance.run_storage, PostgresRunStorage)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from library_pipeline.ingest.store import chunk_step, embed_step, extract_step, register_files
-from library_pipeline.migrate import (EmbedderSpec, MigrationError, abort, active_model, counts, passage_text,
+from library_pipeline.migrate.embedder import (EmbedderSpec, MigrationError, abort, active_model, counts, passage_text,
                                       run, start, status)
 from serving.embedding import PARAPHRASE_MINILM_NAME, load_embedder
 from serving.lexemes import refresh_lexeme_df
@@ -87,7 +87,7 @@ def test_migration_survives_sigkill_and_switches_atomically(make_db, tmp_path, t
     assert record["source"] == embedder.name and record["target"]["name"] == PARAPHRASE_MINILM_NAME
 
     env = {**os.environ, "LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home")}
-    proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.migrate", "embedder", "resume",
+    proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.migrate.embedder", "embedder", "resume",
                              "--pause", "0.3"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -183,7 +183,7 @@ def test_start_refuses_and_abort_discards(make_db, tmp_path, test_data, embedder
     # progress shows in `library status` and `library migrate embedder status`
     from typer.testing import CliRunner
 
-    from library_pipeline.cli import app
+    from library_pipeline.cli.main import app
 
     env = {"LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home")}
     shown = CliRunner().invoke(app, ["status"], env=env)

@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from library_pipeline.ingest_runner import run_ingest
+from library_pipeline.launch.ingest_runner import run_ingest
 from library_pipeline_tests.conftest import REPO, new_database
 from library_pipeline_tests.http_helpers import mcp_http_server
 
@@ -46,7 +46,7 @@ QUERIES = ["how were lighthouse lamps maintained", "why does a bee colony swarm"
 
 def library_serve_http(env: dict[str, str], log_path: Path, timeout: float = 180):
     """`library serve --http` on a free port until the block ends; yields its URL."""
-    return mcp_http_server(env, log_path, timeout=timeout, module=("library_pipeline.cli", "serve"))
+    return mcp_http_server(env, log_path, timeout=timeout, module=("library_pipeline.cli.main", "serve"))
 
 
 async def _call(client, tool: str, args: dict) -> dict:

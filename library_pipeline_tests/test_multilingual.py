@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from library_pipeline import migrate
+from library_pipeline.migrate import embedder as migrate
 from library_pipeline_tests.ingest_helpers import ingest, latest_metadata
 from serving.embedding import USEM3_NAME, multilingual_embedder
 from serving.memory import Viewer, forget_memory, index_memory
@@ -256,7 +256,7 @@ def test_library_eval_scores_the_files_search_returns(library, embedder, tmp_pat
 
     from typer.testing import CliRunner
 
-    from library_pipeline.cli import app
+    from library_pipeline.cli.main import app
     from serving.search.language import script
 
     db, _ = library

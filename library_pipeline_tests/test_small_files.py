@@ -14,7 +14,7 @@ import pytest
 from pgvector import HalfVector
 
 from library_pipeline.ingest.store import ReusedConnection
-from library_pipeline.ingest_runner import run_ingest
+from library_pipeline.launch.ingest_runner import run_ingest
 from serving.embedding import embed_text_for_passage, multilingual_embedder
 
 TOPICS = ["tidal energy in narrow straits", "sourdough starter hydration", "glacier retreat in the Alps",
@@ -136,9 +136,10 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
     same answer."""
     from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
     from library_pipeline.defs.ingest.vector_indexes import vector_indexes_present
-    from library_pipeline import launch
+    from library_pipeline.definitions import definitions_for
+    from library_pipeline.launch import plans as launch
     from library_pipeline.resources import EmbedderResource, LibraryDatabase
-    from library_pipeline.run_plan import range_tags
+    from library_pipeline.launch.run_plan import range_tags
     from library_pipeline_tests.ingest_helpers import latest_metadata
     from serving.search import search
     from serving.search.filters import passage_predicate
@@ -193,7 +194,7 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
 
         # what follows the sync: the ingest job's automation
         refresh = launch.Launched()
-        launch.follow_up(plan, instance, refresh, launch.location(db.settings))
+        launch.follow_up(plan, instance, refresh, definitions_for(db.settings))
         assert refresh.runs == 1 and not refresh.failed_runs
         assert indexes() == summaries | verbatim
         built = latest_metadata(instance, "vector_indexes")
@@ -203,6 +204,6 @@ def test_a_first_sync_builds_the_vector_indexes_once_after_its_rows(db, embedder
         assert f"passages_hnsw_{tag}" in after_plan and after == before
 
         # the next sync finds them built: nothing to do
-        launch.follow_up(plan, instance, refresh, launch.location(db.settings))
+        launch.follow_up(plan, instance, refresh, definitions_for(db.settings))
         assert refresh.runs == 2 and not refresh.failed_runs
         assert latest_metadata(instance, "vector_indexes")["built"] == "nothing missing"

@@ -121,7 +121,7 @@ def ui_url():
     for key in ("DAGSTER_HOME", "LIBRARY_DB_DSN", "LIBRARY_DAGSTER_DSN"):
         env.pop(key, None)
     out = (home / "up.out").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.cli", "up", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.cli.main", "up", "--port", str(port),
                              "--mcp-port", str(mcp_port)], cwd=REPO, env=env, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -10,7 +10,7 @@ import dagster as dg
 
 from library_pipeline.defs.vault import VaultResource
 from library_pipeline.resources import EmbedderResource
-from library_pipeline.vault_runner import run_sync
+from library_pipeline.launch.vault_runner import run_sync
 from library_pipeline_tests.vault_helpers import commit_all, init_repo, last_sync, notes, write
 from serving.search.engine import search
 from serving.search.types import SearchConfig

@@ -12,7 +12,7 @@ import dagster as dg
 
 from library_pipeline.defs.vault import VaultResource, vault_note_sections, vault_notes_partitions
 from library_pipeline.defs.vault.sensors import vault_push_sensor
-from library_pipeline.launch import QUIET_RUN_CONFIG
+from library_pipeline.launch.plans import QUIET_RUN_CONFIG
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.db import Database
 

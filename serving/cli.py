@@ -1,5 +1,5 @@
 """CLI command functions for the read side. Plain typer-annotated functions, no
-app object: `library_pipeline.cli` registers them as `library search`, `library files`,
+app object: `library_pipeline.cli.main` registers them as `library search`, `library files`,
 `library serve`.
 
 `library search --json` prints exactly the list of results the MCP tool

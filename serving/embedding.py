@@ -73,7 +73,7 @@ def embed_text_for_row(source: str, title: str | None, heading: str | None, cont
     """The exact text a stored passage was embedded from, given its source, its
     document's title, its heading and its content: memories prefix their type (stored
     as the heading, serving/memory/store.py), everything else its document title and
-    heading. Re-embedding (library_pipeline.migrate) must reproduce what the writers did."""
+    heading. Re-embedding (library_pipeline.migrate.embedder) must reproduce what the writers did."""
     if source == "memory":
         return embed_text_for_passage(heading, None, content)
     return embed_text_for_passage(title, heading, content)

@@ -1,4 +1,4 @@
-"""`library memory ...`: the Librarian's actions from a shell (`library_pipeline.cli` registers
+"""`library memory ...`: the Librarian's actions from a shell (`library_pipeline.cli.main` registers
 `memory_app` as `library memory`).
 
 The CLI runs on the machine that holds the database, so its user is the operator:

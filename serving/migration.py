@@ -1,4 +1,4 @@
-"""The read side of the re-embed migration (library_pipeline/migrate.py writes):
+"""The read side of the re-embed migration (library_pipeline/migrate/embedder.py writes):
 which embedding model is active for this library, and how to load it.
 
 `settings.embed_model` holds {name, dims} as the first writer left it; once a

@@ -1,5 +1,5 @@
 """`library backup FILE` and `library restore FILE`: the commands (registered on the
-`library` app in library_pipeline/cli.py)."""
+`library` app in library_pipeline/cli/main.py)."""
 
 from __future__ import annotations
 

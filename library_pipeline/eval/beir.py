@@ -41,7 +41,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from library_pipeline.ingest import chunking
-from library_pipeline.run_plan import partition_key_for
+from library_pipeline.documents import partition_key_for
 from library_pipeline.ingest.batching import batched_writer, prefetch
 from library_pipeline.ingest.store import chunk_step, embed_step
 from serving.db import Database

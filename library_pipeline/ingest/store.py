@@ -29,7 +29,7 @@ from library_pipeline.ingest.chunking import chunk_pages
 from library_pipeline.ingest.extract import ExtractionError, Page, extract_file
 from library_pipeline.ingest.files import fs_path
 from library_pipeline.ingest.passage_text import clip_heading, prefix_budget
-from library_pipeline.run_plan import partition_key_for
+from library_pipeline.documents import partition_key_for
 from serving.db import Database
 from serving.embedding import Embedder, chunk_counter, embed_text_for_passage, sha256
 from serving.passage_writer import PassageRow, PassageWriter, ensure_indexes

@@ -88,7 +88,7 @@ def _install_kill(spec: str | None) -> None:
 def _child(request: dict[str, Any]) -> None:
     import dagster as dg
 
-    from library_pipeline.ingest_runner import run_ingest
+    from library_pipeline.launch.ingest_runner import run_ingest
     from serving.db import Database
     from serving.settings import Settings, reset_settings
 
@@ -115,7 +115,7 @@ def serve_zygote() -> None:
     logging.basicConfig(level=settings.log_level, stream=sys.stderr)
     import dagster  # noqa: F401  (imported before fork so children start warm)
 
-    import library_pipeline.ingest_runner  # noqa: F401
+    import library_pipeline.launch.ingest_runner  # noqa: F401
     # the code location's modules, which each child's in-process run builds its job from
     for domain in ("enrich", "eval", "ingest", "memory", "ops", "vault"):
         importlib.import_module(f"library_pipeline.defs.{domain}")

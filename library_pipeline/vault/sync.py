@@ -18,7 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from library_pipeline import documents
-from library_pipeline.run_plan import partition_key_for
+from library_pipeline.documents import partition_key_for
 from library_pipeline.vault.git import Entry, GitRepo
 from serving.db import Database
 

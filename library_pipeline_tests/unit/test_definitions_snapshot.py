@@ -146,7 +146,7 @@ def test_ops_defs_merge_into_the_location():
     """library_pipeline/defs/ops is merged into the location; it must merge cleanly and batch."""
     import datetime
 
-    from library_pipeline.dagster_home import LANE_TAG
+    from library_pipeline.instance.home import LANE_TAG
     from library_pipeline.definitions import defs
     from library_pipeline.defs.ingest.sensors import RANGE_SIZE
     from library_pipeline.defs.ops import defs as ops_defs

@@ -107,7 +107,7 @@ def test_helm_instance_config_passes_dagster_validation(values, tmp_path, monkey
 
 
 def test_helm_run_lanes_match_library_up(values):
-    from library_pipeline.dagster_home import LANE_TAG, RUN_QUEUE
+    from library_pipeline.instance.home import LANE_TAG, RUN_QUEUE
 
     queue = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
     assert queue["maxConcurrentRuns"] == RUN_QUEUE["max_concurrent_runs"]

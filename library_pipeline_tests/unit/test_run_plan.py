@@ -1,11 +1,11 @@
-"""The one range planner (library_pipeline.run_plan) as the sensors, runners and the
+"""The one range planner (library_pipeline.launch.run_plan) as the sensors, runners and the
 reconcile schedule use it."""
 
 from __future__ import annotations
 
 from library_pipeline.defs.ingest.sensors import plan_runs
 from library_pipeline.defs.vault.sensors import plan_run_requests
-from library_pipeline.run_plan import (
+from library_pipeline.launch.run_plan import (
     MAX_SINGLE_REQUESTS,
     RANGE_END_TAG,
     RANGE_SIZE,
@@ -58,8 +58,8 @@ def test_cli_spans_join_keys_up_to_three_apart():
 
 
 def test_every_run_carries_its_partition_reason_and_lane_once():
-    from library_pipeline import launch
-    from library_pipeline.run_plan import ENRICH_LANE
+    from library_pipeline.launch import plans as launch
+    from library_pipeline.launch.run_plan import ENRICH_LANE
 
     plan = launch.enrich_plan(ORDER[:3], "nightly")
     assert launch.run_tags(plan, ORDER[:3]) == {RANGE_START_TAG: "k0000", RANGE_END_TAG: "k0002",
@@ -74,7 +74,7 @@ def test_every_run_carries_its_partition_reason_and_lane_once():
 def test_in_process_runs_are_followed_by_what_automation_runs_after_the_job(tmp_path):
     """`library ingest` and `library vault sync` refresh the corpus statistics and the
     first vector indexes because the daemon's automation would: taken from the location."""
-    from library_pipeline import launch
+    from library_pipeline.launch import plans as launch
     from library_pipeline.definitions import build_definitions
     from serving.settings import Settings
 

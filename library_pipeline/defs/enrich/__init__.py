@@ -5,10 +5,10 @@ library_pipeline/definitions.py; it needs `library_db`, `embedder` and `llm`
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.enrich.assets import knowledge_graph, raptor_tree
 from library_pipeline.defs.enrich.checks import kg_no_dangling, kg_vocabulary_closed, raptor_trees_current
-from library_pipeline.run_plan import ENRICH_LANE
+from library_pipeline.launch.run_plan import ENRICH_LANE
 
 enrich_job = dg.define_asset_job(
     launch.ENRICH_JOB, selection=dg.AssetSelection.assets(raptor_tree, knowledge_graph), tags=ENRICH_LANE,

@@ -5,7 +5,7 @@ Both follow ingestion by themselves: an eager automation condition requests a
 file's partition when its `embeddings` partition is materialised (a new file,
 a changed file, a re-ingest) and the automation sensor (running by default,
 library_pipeline.defs.enrich) launches it. They run in the enrich pool and
-lane (one slot each, library_pipeline.dagster_home), so enrichment never
+lane (one slot each, library_pipeline.instance.home), so enrichment never
 starves ingestion on 2 cores, and both have `BackfillPolicy.single_run()`, so
 the files one tick requests are one run (~0.5 s of run overhead, not ~0.5 s
 per file). An unchanged file skips in milliseconds (tree current, graph
@@ -24,7 +24,7 @@ from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.enrich.kg_store import collect_orphans, kg_step
 from library_pipeline.enrich.raptor import raptor_step
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
-from library_pipeline.run_plan import ENRICH_LANE, ENRICH_POOL
+from library_pipeline.launch.run_plan import ENRICH_LANE, ENRICH_POOL
 
 GROUP = "enrich"
 # Dagster's eager() plus the backlog: eager() requests only partitions that become

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.ingest.batching import embed_groups, batched_writer, prefetch
 from library_pipeline.documents import StepResult, record_failure_by_key

@@ -10,7 +10,7 @@ in serving.lexemes (the read side owns what it ranks on)."""
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.ingest.assets import OWNERS, embeddings
 from library_pipeline.resources import LibraryDatabase
 from serving.lexemes import refresh_lexeme_df

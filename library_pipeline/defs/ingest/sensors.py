@@ -7,7 +7,7 @@ library requests nothing (library_pipeline.launch.library_changes, which
 `library ingest` asks too).
 
 One add request plus a few range requests keeps a tick at ~20 ms on the 2-core box
-(library_pipeline.run_plan has the measurement): new files, added in one request and
+(library_pipeline.launch.run_plan has the measurement): new files, added in one request and
 so contiguous in partition order, go out in ranges of at most RANGE_SIZE; changed
 files, scattered in that order, as `run_plan.plan_ranges` groups them.
 """
@@ -16,10 +16,10 @@ import json
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.resources import LibraryDatabase
-from library_pipeline.run_plan import MAX_SINGLE_REQUESTS, RANGE_SIZE
+from library_pipeline.launch.run_plan import MAX_SINGLE_REQUESTS, RANGE_SIZE
 
 __all__ = ["MAX_SINGLE_REQUESTS", "RANGE_SIZE", "library_folder_sensor", "plan_runs"]
 

@@ -20,7 +20,7 @@ from pydantic import Field
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.memory import curation
 from library_pipeline.resources import LibraryDatabase
-from library_pipeline.run_plan import MAINTENANCE_LANE
+from library_pipeline.launch.run_plan import MAINTENANCE_LANE
 from serving.lexemes import refresh_lexeme_df
 
 GROUP = "memory"

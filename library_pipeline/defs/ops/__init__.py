@@ -1,12 +1,12 @@
 """Operational definitions: the weekly reconcile schedule, the re-embed migration,
-query-log retention and the nightly backup. Their runs go in the maintenance lane (library_pipeline.run_plan).
+query-log retention and the nightly backup. Their runs go in the maintenance lane (library_pipeline.launch.run_plan).
 
 Exposes `defs`, merged into `library_pipeline.definitions`.
 """
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.ingest.assets import ingest_job
 from library_pipeline.defs.ingest.partitions import library_files_partitions
 from library_pipeline.defs.ops import backup, reembed

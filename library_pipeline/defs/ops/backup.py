@@ -19,7 +19,7 @@ from library_pipeline.backup.backup import backup, prune
 from library_pipeline.backup.verify import verify
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.resources import LibraryDatabase
-from library_pipeline.run_plan import MAINTENANCE_LANE
+from library_pipeline.launch.run_plan import MAINTENANCE_LANE
 from serving.settings import Settings
 
 GROUP = "ops"

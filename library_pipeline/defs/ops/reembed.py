@@ -10,10 +10,10 @@ import time
 import dagster as dg
 from pydantic import Field
 
-from library_pipeline import migrate
+from library_pipeline.migrate import embedder as migrate
 from library_pipeline.defs.ingest.assets import OWNERS
 from library_pipeline.resources import LibraryDatabase
-from library_pipeline.run_plan import MAINTENANCE_LANE
+from library_pipeline.launch.run_plan import MAINTENANCE_LANE
 from serving.search.health import prune_search_log
 
 GROUP = "ops"

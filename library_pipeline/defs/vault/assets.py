@@ -13,7 +13,7 @@ import time
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.vault.partitions import vault_notes_partitions
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.documents import StepResult

@@ -4,6 +4,6 @@ real path is in `documents.path`."""
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 
 vault_notes_partitions = dg.DynamicPartitionsDefinition(name=launch.VAULT_NOTES)

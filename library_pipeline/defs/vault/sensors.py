@@ -23,7 +23,7 @@ import time
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
 from library_pipeline.defs.vault.assets import vault_job
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import LibraryDatabase

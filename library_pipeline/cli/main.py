@@ -13,18 +13,18 @@ from rich.table import Table
 
 from library_pipeline.backup import cli as backup_cli
 from library_pipeline.eval.cli import eval_app
-from library_pipeline.migrate_cli import migrate_app
-from library_pipeline.run_plan import RANGE_SIZE
-from library_pipeline.vault_cli import vault_app
+from library_pipeline.cli.migrate import migrate_app
+from library_pipeline.launch.run_plan import RANGE_SIZE
+from library_pipeline.cli.vault import vault_app
 from serving import cli as serving_cli
 from serving.memory_cli import memory_app
-from library_pipeline.graph_cli import graph_app
+from library_pipeline.cli.graph import graph_app
 from serving.cli_app import TopLevelApp
 from serving.db import Database
 from serving.settings import Settings, get_settings
 
 console = Console(stderr=True)
-log = logging.getLogger("library_pipeline.cli")
+log = logging.getLogger("library_pipeline.cli.main")
 app = TopLevelApp(help="A local-first document library and memory for AI agents.", no_args_is_help=True)
 
 
@@ -54,7 +54,7 @@ def ingest(
     batch: int = typer.Option(RANGE_SIZE, min=1, help="Files per Dagster run (the folder sensor's range size)."),
 ) -> None:
     """Ingest the library (or some files of it) through the Dagster assets, in-process."""
-    from library_pipeline.ingest_runner import run_ingest
+    from library_pipeline.launch.ingest_runner import run_ingest
 
     settings = get_settings()
     db = Database(settings)
@@ -95,7 +95,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable
     db = Database(get_settings())
     try:
         data = inventory(db)
-        from library_pipeline.migrate import status as migration_status
+        from library_pipeline.migrate.embedder import status as migration_status
 
         with db.connect() as conn:
             data["embedder"] = migration_status(conn)
@@ -113,7 +113,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable
                       str(d["passages"]), d["error"] or "", style=style)
     Console().print(table)
     Console().print(", ".join(f"{k}: {v}" for k, v in data["totals"].items()))
-    from library_pipeline.migrate import describe as describe_migration
+    from library_pipeline.migrate.embedder import describe as describe_migration
 
     Console().print(describe_migration(data["embedder"]))
 
@@ -121,7 +121,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable
 @app.command()
 def purge(yes: bool = typer.Option(False, "--yes", help="Do it (otherwise only list).")) -> None:
     """Delete the rows of files marked removed (passages, pages, chunks, summaries, their graph)."""
-    from library_pipeline.ingest_runner import purge_removed_files
+    from library_pipeline.launch.ingest_runner import purge_removed_files
 
     db = Database(get_settings())
     try:
@@ -162,7 +162,7 @@ def up(
     mcp_port: int = typer.Option(8765, help="MCP streamable-HTTP port (127.0.0.1)."),
 ) -> None:
     """The main job: database, ingest (example library on first run), Dagster UI + daemon, MCP server."""
-    from library_pipeline.up import run_up
+    from library_pipeline.cli.up import run_up
 
     raise typer.Exit(run_up(ingest=ingest, webserver_port=port, mcp_port=mcp_port))
 

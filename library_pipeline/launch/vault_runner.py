@@ -18,7 +18,8 @@ import time
 
 import dagster as dg
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
+from library_pipeline.definitions import definitions_for
 from library_pipeline.defs.vault.resources import VaultResource
 from library_pipeline.resources import EmbedderResource
 from library_pipeline.vault.sync import plan_sync, synced_commit
@@ -34,7 +35,7 @@ def run_sync(db: Database, vault: VaultResource | None = None, *, full: bool = F
              batch: int = 200) -> dict:
     started = time.perf_counter()
     # the location's vault for these settings, unless the caller brings its own
-    vault = vault or launch.location(db.settings).resources["vault"]
+    vault = vault or definitions_for(db.settings).resources["vault"]
     repo = vault.open()
     branch = vault.branch_name(repo)
     lock = db.connect(autocommit=True)
@@ -49,7 +50,7 @@ def run_sync(db: Database, vault: VaultResource | None = None, *, full: bool = F
         applied, runs = launch.vault_changes(db, plan, trigger, instance, batch=batch)
         # the vault the caller names (--repo, --branch), and a caller's embedder, replace the bound ones
         resources = {"vault": vault, **({"embedder": embedder} if embedder is not None else {})}
-        launched = launch.execute(runs, instance, settings=db.settings, resources=resources)
+        launched = launch.execute(runs, instance, definitions_for(db.settings), resources=resources)
     finally:
         lock.execute("SELECT pg_advisory_unlock(%s)", (SYNC_LOCK_ID,))
         lock.close()

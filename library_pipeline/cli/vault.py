@@ -17,7 +17,7 @@ from serving.settings import Settings, get_settings
 vault_app = typer.Typer(help="Obsidian vault sync from a git repository (LIBRARY_VAULT_REPO).",
                         no_args_is_help=True)
 console = Console(stderr=True)
-log = logging.getLogger("library_pipeline.vault_cli")
+log = logging.getLogger("library_pipeline.cli.vault")
 
 
 def _settings(repo: Path | None, branch: str | None) -> Settings:
@@ -42,7 +42,7 @@ def sync(
 ) -> None:
     """Index what changed in the vault since the last sync, now (in-process Dagster runs)."""
     from library_pipeline.vault.git import GitError
-    from library_pipeline.vault_runner import run_sync
+    from library_pipeline.launch.vault_runner import run_sync
 
     settings = _settings(repo, branch)
     db = Database(settings)

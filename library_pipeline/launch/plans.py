@@ -19,9 +19,9 @@ daemon's automation does after an ingest (the corpus statistics and first vector
 indexes: the eager, unpartitioned assets downstream of the job) `execute` does right
 after the plan's runs, so no caller refreshes anything itself.
 
-This module imports the domain logic, run_plan and dagster_home only; the definitions
-(which import the sensors, which import this module, and take the job, partition and
-sensor names below) are loaded when a plan executes in-process.
+This module imports the domain logic, run_plan and the instance's home only; the
+definitions import the sensors, which import this module, so an in-process caller
+passes the code location in (`execute(plan, instance, definitions_for(settings))`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from library_pipeline.dagster_home import prepare_dagster_home
+from library_pipeline.instance.home import prepare_dagster_home
 from library_pipeline.ingest.files import scan_library
 from library_pipeline.ingest.store import mark_removed, register_files
-from library_pipeline.run_plan import (
+from library_pipeline.launch.run_plan import (
     ENRICH_LANE,
     MAINTENANCE_LANE,
     RANGE_SIZE,
@@ -149,12 +149,6 @@ def open_instance(db: Database) -> dg.DagsterInstance:
     return prepare_dagster_home(db).instance()
 
 
-def location(settings: Settings | None = None) -> dg.Definitions:
-    from library_pipeline.definitions import definitions_for
-
-    return definitions_for(settings)
-
-
 def follow_ups(defs: dg.Definitions, job: str) -> list[dg.AssetKey]:
     """What the daemon's automation sensor materializes after `job`: its eager,
     unpartitioned assets downstream of the job's (the keyword lane's corpus
@@ -175,13 +169,14 @@ def _assets_only(job: dg.JobDefinition, keys) -> dg.JobDefinition:
     return job.get_subset(asset_selection=set(keys), asset_check_selection=set())
 
 
-def execute(plan: RunPlan, instance: dg.DagsterInstance, *, settings: Settings | None = None,
+def execute(plan: RunPlan, instance: dg.DagsterInstance, defs: dg.Definitions, *,
             resources: Mapping[str, object] | None = None) -> Launched:
     """Run `plan` in this process, one run after the other, recorded in `instance`
     (the runs show in the UI), then the job's automation follow-ups when anything
-    ran or changed. `settings` names the library (default: this process's); `resources`
-    replaces bound ones (a test's or benchmark's embedder)."""
-    defs = location(settings)
+    ran or changed. `defs`: the code location whose job runs, bound to the library's
+    settings (`library_pipeline.definitions.definitions_for`); the caller passes it, so
+    this module never reaches back up to the definitions that import its sensors'
+    helpers. `resources` replaces bound ones (a test's or benchmark's embedder)."""
     register(plan, instance)
     job = defs.resolve_job_def(plan.job)
     job = _assets_only(job, [dg.AssetKey(name) for name in plan.assets] if plan.assets
@@ -201,10 +196,8 @@ def execute(plan: RunPlan, instance: dg.DagsterInstance, *, settings: Settings |
     return launched
 
 
-def follow_up(plan: RunPlan, instance: dg.DagsterInstance, launched: Launched,
-              defs: dg.Definitions | None = None) -> None:
+def follow_up(plan: RunPlan, instance: dg.DagsterInstance, launched: Launched, defs: dg.Definitions) -> None:
     """The automation follow-ups of `plan`'s job, as one run (none when the job has none)."""
-    defs = defs or location()
     keys = follow_ups(defs, plan.job)
     if not keys:
         return

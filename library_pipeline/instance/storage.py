@@ -38,7 +38,7 @@ from dagster_postgres.schedule_storage import PostgresScheduleStorage
 from dagster_postgres.storage import DagsterPostgresStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 
-from library_pipeline.dagster_home import EVENT_BATCH_SIZE
+from library_pipeline.instance.home import EVENT_BATCH_SIZE
 
 _PLANNED = DagsterEventType.ASSET_MATERIALIZATION_PLANNED
 

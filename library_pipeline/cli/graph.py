@@ -103,7 +103,8 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
     """Build RAPTOR trees and extract the graph for every ingested file (one range run)."""
     import dagster as dg
 
-    from library_pipeline import launch
+    from library_pipeline.definitions import definitions_for
+    from library_pipeline.launch import plans as launch
     from serving.db import Database
     from serving.settings import get_settings
 
@@ -121,7 +122,7 @@ def build(budget: int = typer.Option(5000, min=0, help="Passages of graph extrac
                "knowledge_graph": {"config": {"budget": budget, "restart": restart}}}
         plan = launch.enrich_plan(keys, "cli", run_config={"ops": {k: v for k, v in ops.items() if k in assets}},
                                   assets=assets)
-        launched = launch.execute(plan, instance)
+        launched = launch.execute(plan, instance, definitions_for())
         run_id = launched.run_ids[0]
         for name in assets:
             event = instance.get_latest_materialization_event(dg.AssetKey(name))

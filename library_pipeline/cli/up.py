@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from library_pipeline.dagster_home import prepare_dagster_home
+from library_pipeline.instance.home import prepare_dagster_home
 from serving.db import Database, StartError, file_lock, prune_stale_owners
 from serving.settings import get_settings
 
@@ -157,7 +157,7 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
             seed_example_library(settings.library_dir)
         dagster_home = prepare_dagster_home(db)
         if ingest:
-            from library_pipeline.ingest_runner import run_ingest
+            from library_pipeline.launch.ingest_runner import run_ingest
 
             summary = run_ingest(db, instance=dagster_home.instance())
             log.info("ingested %d files (%d failed), %d passages live", summary["files"], summary["failed"],
@@ -175,7 +175,7 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
         children["dagster"] = _spawn("dagster", [str(bindir / "dagster"), "dev", "-w", str(REPO / "workspace.yaml"),
                                                  "-h", "127.0.0.1", "-p", str(webserver_port)], env, logdir)
         if mcp:
-            children["mcp"] = _spawn("mcp", [sys.executable, "-m", "library_pipeline.cli", "serve", "--http",
+            children["mcp"] = _spawn("mcp", [sys.executable, "-m", "library_pipeline.cli.main", "serve", "--http",
                                              "--host", "127.0.0.1", "--port", str(mcp_port)], env, logdir)
         print(f"Dagster UI: http://127.0.0.1:{webserver_port}   MCP (streamable HTTP): "
               f"http://127.0.0.1:{mcp_port}/mcp   logs: {logdir}   Ctrl-C stops everything", flush=True)

@@ -17,9 +17,10 @@ import time
 import dagster as dg
 from tqdm import tqdm
 
-from library_pipeline import launch
+from library_pipeline.launch import plans as launch
+from library_pipeline.definitions import definitions_for
 from library_pipeline.documents import purge_removed
-from library_pipeline.run_plan import RANGE_SIZE
+from library_pipeline.launch.run_plan import RANGE_SIZE
 from serving.db import Database
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
     progress_logger.addHandler(handler)
     progress_logger.propagate = False
     try:
-        launched = launch.execute(plan, instance, settings=db.settings)
+        launched = launch.execute(plan, instance, definitions_for(db.settings))
     finally:
         progress_logger.removeHandler(handler)
         progress_logger.propagate = True

@@ -1,4 +1,4 @@
-"""`library migrate embedder ...`: the re-embed migration (library_pipeline.migrate)
+"""`library migrate embedder ...`: the re-embed migration (library_pipeline.migrate.embedder)
 from the command line."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from library_pipeline.migrate import (
+from library_pipeline.migrate.embedder import (
     DEFAULT_BATCH,
     BatchResult,
     EmbedderSpec,

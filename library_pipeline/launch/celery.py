@@ -11,7 +11,7 @@ deployment, and the target workers reconstruct the job from.
     # workers (each its own process; same environment as the launcher)
     dagster-celery worker start -A dagster_celery.app -y deploy/celery/run_config.yaml -n w1
     # a library ingest through them
-    python -m library_pipeline.celery_ingest ingest --config deploy/celery/run_config.yaml
+    python -m library_pipeline.launch.celery ingest --config deploy/celery/run_config.yaml
 
 An ingest range runs its three steps (extract -> chunk -> embed) one after the
 other, so one run keeps one worker busy: `run_ingest_celery` splits the files into
@@ -54,9 +54,9 @@ import dagster as dg
 import yaml
 from dagster_celery import celery_executor
 
-from library_pipeline import launch
-from library_pipeline.dagster_home import DagsterHome, prepare_dagster_home
-from library_pipeline.definitions import build_resources
+from library_pipeline.launch import plans as launch
+from library_pipeline.instance.home import DagsterHome, prepare_dagster_home
+from library_pipeline.definitions import build_resources, definitions_for
 from library_pipeline.defs.ingest.assets import chunks, embeddings, extracted_text
 from library_pipeline.defs.ingest.assets import ingest_job as ingest_files_job
 from library_pipeline.documents import record_failure_by_key
@@ -286,7 +286,7 @@ def _launch(home: DagsterHome, instance: dg.DagsterInstance, first: str, last: s
     when the worker running its step is gone (see `_lost`)."""
     attempt = uuid.uuid4().hex
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.celery_ingest", "run-range", first, last,
+        proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.launch.celery", "run-range", first, last,
                                  "--config", str(config_path), "--reason", reason, "--attempt", attempt],
                                 stdout=out, stderr=err, text=True, cwd=str(REPO), env={**os.environ, **home.env()})
         lost = None
@@ -339,7 +339,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
                       batch: int | None = None, home: DagsterHome | None = None) -> dict:
     """Ingest the whole library folder through the celery workers, `parallel` runs
     in flight. Returns the same summary as `run_ingest` plus the runs' history."""
-    from library_pipeline.ingest_runner import ingest_summary
+    from library_pipeline.launch.ingest_runner import ingest_summary
 
     started = time.perf_counter()
     home = home or prepare_dagster_home(db)
@@ -379,7 +379,7 @@ def run_ingest_celery(db: Database, *, config_path: Path = DEFAULT_RUN_CONFIG, p
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         list(pool.map(one_span, plan.runs))
 
-    launch.follow_up(plan, instance, launch.Launched(), launch.location(db.settings))
+    launch.follow_up(plan, instance, launch.Launched(), definitions_for(db.settings))
     return {**ingest_summary(db, changes.keys, changes.removed), "runs": history,
             "seconds": time.perf_counter() - started}
 

@@ -1,7 +1,7 @@
 """How partition work becomes Dagster runs: run lanes, and which partitions each run covers.
 
 Run lanes. Run concurrency lives in the instance (DAGSTER_HOME/dagster.yaml, written by
-`library_pipeline.dagster_home` from `RUN_QUEUE` and `POOLS` below): the
+`library_pipeline.instance.home` from `RUN_QUEUE` and `POOLS` below): the
 QueuedRunCoordinator caps all runs and each lane by the `library/lane` run tag. Jobs and
 run requests put themselves in a lane with the tags below, so a night of graph
 extraction holds one slot and never the slots ingestion needs.
@@ -18,8 +18,6 @@ on their unchanged content hash.
 from __future__ import annotations
 
 import hashlib
-import re
-import unicodedata
 from collections.abc import Iterable
 
 LANE_TAG = "library/lane"  # run tag that puts a run in a lane
@@ -94,26 +92,3 @@ def contiguous_spans(keys: list[str], order: list[str], batch: int) -> list[list
         else:
             spans.append([order[index]])
     return spans
-
-
-# -- partition keys ---------------------------------------------------------------
-# Dagster rejects partition keys containing `...` or control characters, and commas or
-# brackets confuse range selection in the UI; real file names hold all of these. The
-# key is therefore derived from the path (readable slug + hash of the exact relative
-# path, so two names that slug alike stay apart) and the real path lives in
-# `documents.path`. Library files, vault notes and evaluation corpora share the rule.
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._/-]+")
-_MAX_SLUG = 80
-
-
-def partition_key_for(relpath: str) -> str:
-    """Stable, Dagster-safe partition key for a path relative to the library root."""
-    digest = hashlib.sha1(relpath.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    ascii_name = unicodedata.normalize("NFKD", relpath).encode("ascii", "ignore").decode("ascii")
-    slug = _UNSAFE.sub("_", ascii_name)
-    slug = re.sub(r"\.{2,}", ".", slug)          # no '...' (nor '..')
-    slug = re.sub(r"_{2,}", "_", slug).strip("._/-") or "file"
-    if len(slug) > _MAX_SLUG:
-        slug = slug[-_MAX_SLUG:].lstrip("._/-")
-    return f"{slug}~{digest}"

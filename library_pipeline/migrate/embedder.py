@@ -1,7 +1,7 @@
 """Resumable re-embed migration: move every passage (verbatim chunks, summaries,
 vault notes, memories) to a new embedding model without a search outage. (~450
 lines, one state machine: record, batches, switch and the second lane's fill share
-the runner lock and the eligibility rule; the CLI is library_pipeline/migrate_cli.py.)
+the runner lock and the eligibility rule; the CLI is library_pipeline/cli/migrate.py.)
 
 agent-library (github.com/CreateM1nd/agent-library)'s reembed_library.py, shaped by this schema:
 
@@ -448,8 +448,3 @@ def describe(st: dict[str, Any]) -> str:
                 f"updated {st.get('updated_at')})" + second)
     return f"embedder: {st.get('active')}; last migration to {target} {st['state']} ({st.get('updated_at')})" + second
 
-
-if __name__ == "__main__":  # `python -m library_pipeline.migrate embedder ...`, as before the CLI moved
-    from library_pipeline.migrate_cli import main
-
-    main()

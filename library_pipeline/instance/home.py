@@ -32,9 +32,9 @@ EVENT_BATCH_SIZE = 1000
 PG_URL_VARIABLE = "LIBRARY_DAGSTER_PG_URL"  # what dagster.yaml names for an external server's URL
 INSTANCE_LOCK_ID = 7_301_116  # pg_advisory_lock key: one creation of the instance tables at a time
 
-# the run lanes and pools are declared once, in library_pipeline.run_plan; the
+# the run lanes and pools are declared once, in library_pipeline.launch.run_plan; the
 # names stay importable from here for the definitions that use them
-from library_pipeline.run_plan import ENRICH_POOL, LANE_TAG, POOLS, RUN_QUEUE
+from library_pipeline.launch.run_plan import ENRICH_POOL, LANE_TAG, POOLS, RUN_QUEUE
 
 __all__ = ["ENRICH_POOL", "EVENT_BATCH_SIZE", "LANE_TAG", "POOLS", "RUN_QUEUE", "DagsterHome", "prepare_dagster_home",
            "ensure_instance_tables"]
@@ -72,8 +72,8 @@ class DagsterHome:
 
 def _storage(postgres_url: str | dict) -> dict:
     # dagster-postgres's storage, with a range run's planned events written in
-    # batches (library_pipeline.dagster_storage)
-    return {"custom": {"module": "library_pipeline.dagster_storage", "class": "LibraryPostgresStorage",
+    # batches (library_pipeline.instance.storage)
+    return {"custom": {"module": "library_pipeline.instance.storage", "class": "LibraryPostgresStorage",
                        "config": {"postgres_url": postgres_url}}}
 
 
@@ -87,8 +87,8 @@ def prepare_dagster_home(db: Database, home: Path | None = None) -> DagsterHome:
     # environment rather than writing it to disk; the embedded one has none.
     postgres_url = url if db.embedded else {"env": PG_URL_VARIABLE}
     config = {
-        # the instance class sets the event batch size (library_pipeline.dagster_storage)
-        "instance_class": {"module": "library_pipeline.dagster_storage", "class": "LibraryInstance"},
+        # the instance class sets the event batch size (library_pipeline.instance.storage)
+        "instance_class": {"module": "library_pipeline.instance.storage", "class": "LibraryInstance"},
         "storage": _storage(postgres_url),
         "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
         # run limits live here once `concurrency` is used (Dagster refuses them in
