@@ -87,7 +87,7 @@ def test_migration_survives_sigkill_and_switches_atomically(make_db, tmp_path, t
     assert record["source"] == embedder.name and record["target"]["name"] == PARAPHRASE_MINILM_NAME
 
     env = {**os.environ, "LIBRARY_DB_DSN": db.settings.db_dsn, "LIBRARY_HOME": str(tmp_path / "home")}
-    proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.migrate.embedder", "embedder", "resume",
+    proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.cli.migrate", "embedder", "resume",
                              "--pause", "0.3"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -26,7 +26,7 @@ from serving.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_LIBRARY = REPO / "examples" / "library"
 
 

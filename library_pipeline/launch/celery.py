@@ -66,7 +66,7 @@ from serving.settings import Settings, get_settings
 log = logging.getLogger(__name__)
 
 CELERY_JOB = launch.INGEST_JOB   # the same job as the main location's, on another executor
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_RUN_CONFIG = REPO / "deploy" / "celery" / "run_config.yaml"
 
 
