@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import subprocess
 import tempfile
@@ -159,6 +160,13 @@ def _stream(restore_exe: Path, psql_exe: Path, dsn: str, dump: Path, toc: Path, 
         raise BackupError(f"the restore failed and was rolled back, the target is unchanged: {reason.strip()}")
 
 
+def _scratch_dir(path: Path) -> Path | None:
+    """Where the dump is copied out for pg_restore: beside the backup (the same disk has
+    room for a file its size, where /tmp may be a small tmpfs), unless that folder is not
+    writable (read-only backup media): then the system's temporary folder."""
+    return path.parent if os.access(path.parent, os.W_OK) else None
+
+
 def restore(db: Database, path: Path, *, force: bool = False, progress: Progress | None = None,
             manifest: Manifest | None = None, upgrade: bool = True) -> RestoreResult:
     """Restore the backup at `path` into `db`. `manifest`: the file was checked already;
@@ -184,7 +192,7 @@ def restore(db: Database, path: Path, *, force: bool = False, progress: Progress
         if any(held.values()) and not force:
             raise BackupError(f"the target is not empty ({_describe(held)}); "
                               "`library restore --force` replaces what it holds")
-        with tempfile.TemporaryDirectory(prefix="library-restore-", dir=path.parent) as tmp, \
+        with tempfile.TemporaryDirectory(prefix="library-restore-", dir=_scratch_dir(path)) as tmp, \
                 extracted(path, DUMP_MEMBER, Path(tmp)) as dump:
             replay_dump(db.dsn, dump, int(manifest.extra.get("pg_dump_major") or 0), progress)
         db._schema_ready = False  # noqa: SLF001 - the schema was replaced under this Database
