@@ -4,7 +4,7 @@ Needs the external services (`make services-up`; the script reads their
 `scripts/services.py env`). For each worker count: a fresh library database and
 Dagster run storage on the external PostgreSQL, N short files (BEIR SciFact
 abstracts as .txt), that many `dagster-celery` workers, one
-`library_pipeline.launch.celery ingest --parallel <workers>`; prints files/s.
+`library_pipeline.launch.celery_ingest ingest --parallel <workers>`; prints files/s.
 
     .venv/bin/python benchmarks/celery_ingest.py --files 60 --workers 1 2
 """
@@ -79,7 +79,7 @@ def measure(workers: int, files: int, base_env: dict[str, str], tmp: Path) -> di
         for i in range(workers):
             log = open(tmp / f"worker-{workers}-{i}.log", "w")
             logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-m", "library_pipeline.launch.celery", "worker",
+            procs.append(subprocess.Popen([sys.executable, "-m", "library_pipeline.launch.celery_ingest", "worker",
                                            "-n", f"bench{i}-{uuid.uuid4().hex[:6]}"], env=env, cwd=str(REPO),
                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + 300
@@ -89,7 +89,7 @@ def measure(workers: int, files: int, base_env: dict[str, str], tmp: Path) -> di
             time.sleep(0.5)
         load_before = open("/proc/loadavg").read().split()[:3]
         started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "library_pipeline.launch.celery", "ingest",
+        out = subprocess.run([sys.executable, "-m", "library_pipeline.launch.celery_ingest", "ingest",
                               "--parallel", str(workers)], env=env, cwd=str(REPO), capture_output=True, text=True)
         wall = time.perf_counter() - started
         summary = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])

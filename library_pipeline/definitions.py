@@ -1,6 +1,6 @@
 """The code location: every domain's definitions, with resources bound from
 the process's settings (serving.settings). The one place resources are built
-from `Settings`: the celery location (library_pipeline.launch.celery) and the
+from `Settings`: the celery location (library_pipeline.launch.celery_ingest) and the
 in-process launches (library_pipeline.launch.plans) take theirs from here.
 
 `defs` is built on first access (PEP 562 module `__getattr__`), not at import: Dagster's

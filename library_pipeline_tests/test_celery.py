@@ -90,7 +90,7 @@ class Worker:
         self.name, self.log = name, log
         self.handle = open(log, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "library_pipeline.launch.celery", "worker", "-n", name],
+            [sys.executable, "-m", "library_pipeline.launch.celery_ingest", "worker", "-n", name],
             env=env, cwd=str(REPO), stdout=self.handle, stderr=subprocess.STDOUT, start_new_session=True)
 
     def text(self) -> str:
@@ -155,7 +155,7 @@ def test_two_celery_workers_hostile_file_and_a_killed_worker(server_db, tmp_path
         # runs to take after the first kill (with ranges of 6 there were two runs, and on
         # a fast box the other worker had finished its only one before it could be killed)
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "library_pipeline.launch.celery", "ingest", "--parallel", "2", "--batch", "2"],
+            [sys.executable, "-m", "library_pipeline.launch.celery_ingest", "ingest", "--parallel", "2", "--batch", "2"],
             env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # kill one worker's step process once, while it is running a step and some
         # files of the library are already in (so the kill lands mid-run); then the

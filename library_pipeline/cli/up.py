@@ -37,7 +37,15 @@ class _Stop(BaseException):
     pass
 
 
+# The signals received. Python drops an exception raised while it runs a garbage-collection
+# callback ("Exception ignored in: <function _collection_gced>", seen with SQLAlchemy's
+# registry when a SIGTERM landed as Dagster's instance was created): `library up` then kept
+# serving 90 s past its SIGTERM. The serving loop also looks here.
+_requested: list[str] = []
+
+
 def _raise_stop(signum: int, _frame) -> None:
+    _requested.append(signal.Signals(signum).name)
     raise _Stop(signal.Signals(signum).name)
 
 
@@ -145,6 +153,7 @@ def _knows_library_files(db: Database) -> bool:
 
 def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8765, mcp: bool = True) -> int:
     _check_ports(webserver_port, mcp_port if mcp else None)
+    _requested.clear()
     settings = get_settings()
     db = Database(settings)
     children: dict[str, subprocess.Popen] = {}
@@ -166,6 +175,8 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
             # which a shell's background job has set to SIG_IGN: measured, a
             # `library up &` then ignored SIGTERM for good. Install ours again.
             _install_stop_handlers()
+        if _requested:  # a stop that landed where its exception was dropped: serve nothing
+            raise _Stop(_requested[-1])
         # the daemon, the webserver and their run workers open the home from disk
         env = dict(os.environ, **dagster_home.env(), LIBRARY_DIR=str(settings.library_dir),
                    LIBRARY_HOME=str(settings.home))
@@ -181,6 +192,8 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
               f"http://127.0.0.1:{mcp_port}/mcp   logs: {logdir}   Ctrl-C stops everything", flush=True)
         last_line, next_poll = None, 0.0
         while True:
+            if _requested:
+                raise _Stop(_requested[-1])
             for name, proc in children.items():
                 if proc.poll() is not None:
                     log.error("%s exited with code %s; see %s", name, proc.returncode, logdir / f"{name}.log")

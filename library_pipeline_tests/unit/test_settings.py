@@ -102,7 +102,7 @@ def test_importing_the_code_locations_reads_no_environment(tmp_path):
     Dagster code locations, the CLI and the MCP server succeeds, building the
     definitions then names the variable."""
     env = dict(os.environ, LIBRARY_MAX_FILE_MB="lots", LIBRARY_HOME=str(tmp_path), HF_HUB_OFFLINE="1")
-    code = ("import library_pipeline.definitions, library_pipeline.launch.celery, library_pipeline.cli.main, "
+    code = ("import library_pipeline.definitions, library_pipeline.launch.celery_ingest, library_pipeline.cli.main, "
             "serving.mcp_server, serving.cli\n"
             "try:\n    library_pipeline.definitions.defs\nexcept ValueError as e:\n    print('late:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,

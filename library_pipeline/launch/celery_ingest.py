@@ -11,7 +11,7 @@ deployment, and the target workers reconstruct the job from.
     # workers (each its own process; same environment as the launcher)
     dagster-celery worker start -A dagster_celery.app -y deploy/celery/run_config.yaml -n w1
     # a library ingest through them
-    python -m library_pipeline.launch.celery ingest --config deploy/celery/run_config.yaml
+    python -m library_pipeline.launch.celery_ingest ingest --config deploy/celery/run_config.yaml
 
 An ingest range runs its three steps (extract -> chunk -> embed) one after the
 other, so one run keeps one worker busy: `run_ingest_celery` splits the files into
@@ -286,7 +286,7 @@ def _launch(home: DagsterHome, instance: dg.DagsterInstance, first: str, last: s
     when the worker running its step is gone (see `_lost`)."""
     attempt = uuid.uuid4().hex
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.launch.celery", "run-range", first, last,
+        proc = subprocess.Popen([sys.executable, "-m", "library_pipeline.launch.celery_ingest", "run-range", first, last,
                                  "--config", str(config_path), "--reason", reason, "--attempt", attempt],
                                 stdout=out, stderr=err, text=True, cwd=str(REPO), env={**os.environ, **home.env()})
         lost = None
