@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from library_pipeline.backup.archive import BackupError, check_archive  # noqa: E402
+from library_pipeline.backup.archive import BackupError  # noqa: E402
 from library_pipeline.backup.verify import verify  # noqa: E402
 from serving.db import Database  # noqa: E402
 from serving.settings import Settings  # noqa: E402
@@ -66,7 +66,6 @@ def _populate(home: Path, memories: int) -> None:
     embedder = load_embedder("minilm")
     corpus = REPO / "library_pipeline_tests" / "data" / "beir_scifact" / "corpus.jsonl"
     texts = [json.loads(line)["text"][:1200] for line in corpus.open(encoding="utf-8")]
-    rng = random.Random(42)
     db = Database(Settings(library_dir=library, home=home))
     started = time.perf_counter()
     with db.connect(autocommit=True) as conn:

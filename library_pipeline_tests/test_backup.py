@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from library_pipeline.backup.archive import check_archive
 from library_pipeline.backup.backup import backup
 from library_pipeline.backup.restore import restore
+from library_pipeline.backup.verify import with_dbname
 from library_pipeline.cli.main import app
 from library_pipeline.defs.ops.backup import library_backup, library_backup_restorable
 from library_pipeline.resources import LibraryDatabase, release_databases
@@ -103,12 +104,10 @@ def top10(conn: psycopg.Connection, embedder) -> dict[str, list]:
 
 def _empty_database(server_db: Database, tmp_path: Path) -> Database:
     """A database with nothing in it, not even the schema (a new external database)."""
-    from library_pipeline.backup.verify import _with_dbname
-
     name = f"t_{os.urandom(6).hex()}"
     with psycopg.connect(server_db.dsn, autocommit=True) as conn:
         conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
-    return Database(dataclasses.replace(server_db.settings, db_dsn=_with_dbname(server_db.dsn, name),
+    return Database(dataclasses.replace(server_db.settings, db_dsn=with_dbname(server_db.dsn, name),
                                         library_dir=tmp_path / "library"))
 
 

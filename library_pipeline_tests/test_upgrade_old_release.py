@@ -23,6 +23,7 @@ import pytest
 from library_pipeline.backup.backup import table_counts
 from library_pipeline.backup.pgtools import server_major
 from library_pipeline.backup.restore import replay_dump
+from library_pipeline.backup.verify import with_dbname
 from serving.db import Database
 from serving.memory import Viewer, get_memory, index_memory, search_memory
 from serving.search import search
@@ -52,9 +53,7 @@ def restore(server_db: Database, library_dir: Path) -> Database:
             pytest.skip(f"the dump is of PostgreSQL {DUMP_MAJOR}; pg_restore loads it into {DUMP_MAJOR} or newer, "
                         f"this server is {major}")
         conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(server_db.dsn)
-    info["dbname"] = name
-    dsn = psycopg.conninfo.make_conninfo(**info)
+    dsn = with_dbname(server_db.dsn, name)
     # through the restore's own replay: one transaction, the extension left to the server
     replay_dump(dsn, DUMP, DUMP_MAJOR)
     settings = dataclasses.replace(server_db.settings, db_dsn=dsn, library_dir=library_dir)

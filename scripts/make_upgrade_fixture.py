@@ -6,9 +6,11 @@ Run it with the old checkout first on the import path, so every write and every
 answer is the old code's own (its serving / library_pipeline packages, its
 schema.sql):
 
-    git worktree add /tmp/old-3b68a2a 3b68a2a
-    cd /tmp/old-3b68a2a && HF_HUB_OFFLINE=1 PYTHONPATH=/tmp/old-3b68a2a \\
-        /work/main/.venv/bin/python /work/main/scripts/make_upgrade_fixture.py OUTDIR
+    git worktree add ../old-3b68a2a 3b68a2a          # from the checkout's root
+    cd ../old-3b68a2a && HF_HUB_OFFLINE=1 PYTHONPATH=. \\
+        ../library-pipeline/.venv/bin/python ../library-pipeline/scripts/make_upgrade_fixture.py OUTDIR
+
+(`library-pipeline` standing for this checkout's folder name.)
 
 It only calls public entry points of that checkout (Settings, Database, the ingest
 runner, index_memory / search_memory / get_memory, serving.search.search), so it

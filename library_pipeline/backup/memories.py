@@ -89,13 +89,6 @@ def save(conn: psycopg.Connection, into: Path, progress: Callable[[str], None] |
     return files, tables, counts
 
 
-def present(conn: psycopg.Connection) -> dict[str, int]:
-    """What of a memories-only backup the target already holds."""
-    row = conn.execute("SELECT (SELECT count(*) FROM memories), "
-                       "(SELECT count(*) FROM documents WHERE source = 'vault')").fetchone()
-    return {"memory versions": row[0], "vault notes": row[1]}
-
-
 def _clear(conn: psycopg.Connection) -> None:
     """The target's memories and vault, replaced by the backup's (--force). The cascades
     take their passages, access log, note versions and links."""

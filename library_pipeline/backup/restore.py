@@ -200,7 +200,7 @@ def restore(db: Database, path: Path, *, force: bool = False, progress: Progress
             db.ensure_schema()
     else:
         with db.connect() as conn:
-            held = memories_kind.present(conn)
+            held = {k: v for k, v in holdings(conn).items() if k in ("memories", "vault notes")}
             if any(held.values()) and not force:
                 raise BackupError(f"the target already holds {_describe(held)}; "
                                   "`library restore --force` replaces them with the backup's")

@@ -37,7 +37,7 @@ class Verification:
         return not self.mismatched and not self.missing_memories and not self.unexpected_memories
 
 
-def _with_dbname(dsn: str, name: str) -> str:
+def with_dbname(dsn: str, name: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     info["dbname"] = name
     return psycopg.conninfo.make_conninfo(**info)
@@ -53,7 +53,7 @@ def verify(db: Database, path: Path) -> Verification:
     with psycopg.connect(db.dsn, autocommit=True) as conn:
         conn.execute(drop)
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    scratch = Database(dataclasses.replace(db.settings, db_dsn=_with_dbname(db.dsn, name)))
+    scratch = Database(dataclasses.replace(db.settings, db_dsn=with_dbname(db.dsn, name)))
     try:
         result = restore(scratch, path, manifest=manifest, upgrade=False)
         with psycopg.connect(scratch.dsn) as conn:

@@ -48,7 +48,6 @@ from library_pipeline.launch.run_plan import (
 )
 from library_pipeline.vault.sync import AppliedSync, SyncPlan, apply_plan, set_runs
 from serving.db import Database
-from serving.settings import Settings
 
 REASON_TAG = "library/reason"
 PARTITION_TAG = "dagster/partition"
