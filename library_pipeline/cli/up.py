@@ -49,6 +49,18 @@ def _raise_stop(signum: int, _frame) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+def _quiet_dropped_stop(previous):
+    # the dropped _Stop is recorded in _requested and acted on; its "Exception ignored"
+    # traceback on stderr read as a crash to whoever watched `library up` stop
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, _Stop):
+            log.debug("a stop (%s) landed inside %r; acting on it from the serving loop",
+                      unraisable.exc_value, unraisable.object)
+            return
+        previous(unraisable)
+    return hook
+
+
 def _install_stop_handlers() -> dict:
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -158,6 +170,8 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
     db = Database(settings)
     children: dict[str, subprocess.Popen] = {}
     previous = _install_stop_handlers()
+    previous_unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_dropped_stop(previous_unraisable)
     try:
         db.ensure_schema()
         if not settings.library_dir_explicit and not _knows_library_files(db):
@@ -217,6 +231,7 @@ def run_up(*, ingest: bool = True, webserver_port: int = 3000, mcp_port: int = 8
             _stop_child(name, proc)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_unraisable
         if db.embedded and db._server is not None:
             # a child killed hard leaves its pid registered; drop it so our exit stops the
             # server. A run the daemon launched can still be exiting after its parent
