@@ -77,18 +77,68 @@ def library(server_db, tmp_path_factory):
     db.stop()
 
 
-def test_every_passage_has_both_vectors(library):
+def test_every_passage_has_the_vectors_of_the_models_that_read_it(library):
+    """The multilingual model embeds every passage; the English-only primary model only the
+    English ones (a Russian passage names that model and has no vector of it)."""
+    from serving.search.language import script
+
     db, meta = library
     with db.connect() as conn:
-        total, primary, multi = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE embedding IS NOT NULL), count(*) FILTER "
-            "(WHERE embed_model_multi = %s AND embedding_multi IS NOT NULL) FROM passages", (USEM3_NAME,)).fetchone()
+        rows = conn.execute(
+            "SELECT d.path, p.content, p.embedding IS NOT NULL, p.embed_model, "
+            "p.embed_model_multi = %s AND p.embedding_multi IS NOT NULL "
+            "FROM passages p JOIN documents d ON d.id = p.document_id", (USEM3_NAME,)).fetchall()
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'passages' "
                                               "AND indexname LIKE 'passages_hnsw_multi%'")}
         recorded = migrate.multilingual_counts(conn)
-    assert total > 100 and primary == total and multi == total
+    assert len(rows) > 100 and all(multi for *_, multi in rows)
+    russian = [r for r in rows if r[0] == PUSHKIN]
+    english = [r for r in rows if r[0] == ALICE]
+    assert russian and not any(has for _, _, has, _, _ in russian)
+    assert all(has for _, _, has, _, _ in english)
+    assert {model for *_, model, _ in rows} == {"sentence-transformers/all-MiniLM-L6-v2"}
+    assert all(script(content) == "cyrillic" for _, content, *_ in russian)
     assert len(indexes) == 2   # verbatim and summaries, as for the primary model
-    assert recorded == {"model": USEM3_NAME, "done": total, "remaining": 0}
+    assert recorded == {"model": USEM3_NAME, "done": len(rows), "remaining": 0}
+    assert meta["failed"] == 0
+
+
+def test_no_cyrillic_passage_is_encoded_by_the_english_only_model(make_db, embedder, monkeypatch, tmp_path):
+    """Ingest and the summary tree of a Russian file, with every text the English-only model
+    is given recorded (the real model still encodes them): none is Cyrillic. The tree of the
+    Russian book is built over the multilingual model's vectors."""
+    from library_pipeline.enrich.raptor import raptor_step
+    from serving.embedding import SentenceTransformerEmbedder
+    from serving.search.language import script
+
+    db = make_db(tmp_path / "library")
+    db.settings.library_dir.mkdir(parents=True, exist_ok=True)
+    given: list[str] = []
+    real = SentenceTransformerEmbedder.encode_passages
+
+    def recording(self, texts, **kw):
+        given.extend(texts)
+        return real(self, texts, **kw)
+
+    monkeypatch.setattr(SentenceTransformerEmbedder, "encode_passages", recording)
+    text = (EXAMPLES / PUSHKIN).read_text(encoding="utf-8")
+    (db.settings.library_dir / PUSHKIN).write_text(text[PUSHKIN_CHARS:2 * PUSHKIN_CHARS], encoding="utf-8")
+    (db.settings.library_dir / "lighthouse.txt").write_text(
+        "The lighthouse keeper climbed the stairs every evening to light the lamp.\n\n" * 3, encoding="utf-8")
+    with dg.DagsterInstance.ephemeral() as instance:
+        out = ingest(db, instance)
+    assert out["failed"] == 0, out
+    with db.connect() as conn:
+        key = conn.execute("SELECT partition_key FROM documents WHERE path = %s", (PUSHKIN,)).fetchone()[0]
+    tree = raptor_step(db, key, embedder, force=True)
+    assert tree.status == "ok" and tree.figures["summaries"] > 0, (tree.status, tree.reason)
+    assert any(script(t) == "latin" for t in given), "the English file was not embedded by the primary model"
+    assert [t[:80] for t in given if script(t) == "cyrillic"] == []
+    with db.connect() as conn:
+        summaries = conn.execute(
+            "SELECT count(*), count(embedding), count(embedding_multi) FROM passages p JOIN documents d "
+            "ON d.id = p.document_id WHERE d.path = %s AND p.summary_level > 0", (PUSHKIN,)).fetchone()
+    assert summaries[0] > 0 and summaries[1] == 0 and summaries[2] == summaries[0], summaries
 
 
 def test_a_russian_book_is_chunked_by_the_model_that_reads_it(library, embedder):

@@ -8,6 +8,12 @@ summaries, vault notes, agent memories - so the rules below hold for all of them
   `embed_model`) and, unless LIBRARY_EMBED_MULTILINGUAL=off, the multilingual
   model's (`embedding_multi`, `embed_model_multi`). Both are embedded from the same
   text, whose sha256 is `embed_hash`.
+- **Only models that read the text.** A passage in a script the primary model does not
+  read (Russian under an English-only MiniLM) gets no primary vector when the
+  multilingual model embeds it: `embed_model` names the primary model and `embedding`
+  stays NULL, so the row is current for that model and absent from its index. Writers
+  made with `readers_only=False` (agent memories: near-duplicate detection compares
+  every memory's first passage in the primary model's space) embed every row with both.
 - **Reuse.** A vector already stored for the same embedded text under the same model
   (this file or another: a library often holds the same book twice) is copied, not
   recomputed; per model, so a library that predates the second lane reuses its
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +46,7 @@ import psycopg
 from pgvector import HalfVector
 from psycopg.types.json import Jsonb
 
-from serving.embedding import Embedder, encode_passages_side_by_side, multilingual_embedder, sha256
+from serving.embedding import Embedder, encode_passages_side_by_side, multilingual_embedder, reads_text, sha256
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +103,7 @@ class Vectors:
     embed_seconds: float = 0.0  # primary model
     embed_seconds_multi: float = 0.0
     fresh: set[str] = field(default_factory=set)   # hashes the primary model embedded now
+    unread: set[str] = field(default_factory=set)  # hashes the primary model cannot read (no vector)
 
 
 # a vector already stored for the same embedded text under the same model
@@ -141,10 +149,18 @@ class PassageWriter:
     _indexed: set[tuple[str, str, str, bool]] = set()
 
     def __init__(self, primary: Embedder, multilingual: Embedder | None | object = _DEFAULT, *,
-                 verbatim_index: bool = True) -> None:
+                 verbatim_index: bool = True, readers_only: bool = True) -> None:
         self.primary = primary
         self.multi: Embedder | None = multilingual_embedder() if multilingual is _DEFAULT else multilingual  # type: ignore[assignment]
         self.verbatim_index = verbatim_index
+        self.readers_only = readers_only
+        # told (model, texts) as encoding advances: a long novel's encode takes minutes,
+        # and a progress bar that moved per file stood still through it
+        self.on_encoded: Callable[[Embedder, int], None] | None = None
+
+    def primary_reads(self, text: str) -> bool:
+        """Whether the primary model embeds `text` (see "Only models that read the text")."""
+        return not self.readers_only or self.multi is None or reads_text(self.primary, text)
 
     @property
     def models(self) -> dict[str, str | None]:
@@ -186,26 +202,32 @@ class PassageWriter:
     # -- vectors ------------------------------------------------------------------
 
     def prepare(self, conn: psycopg.Connection, texts: list[str], *, primary_given: set[str] = frozenset(),
-                reuse: bool = True) -> Vectors:
+                multi_given: dict[str, np.ndarray] | None = None, reuse: bool = True) -> Vectors:
         """Vectors for `texts` (by sha256) under both models: stored ones reused, the rest
         embedded, each distinct text once. `primary_given`: hashes whose primary vector the
-        caller supplies itself (RAPTOR), so the primary model is not asked for them."""
+        caller supplies itself (RAPTOR), so the primary model is not asked for them;
+        `multi_given`: multilingual vectors the caller computed (RAPTOR over that model)."""
         by_hash: dict[str, str] = {}
         for t in texts:
             by_hash.setdefault(sha256(t), t)
         hashes = list(by_hash)
         out = Vectors()
-        wanted = [h for h in hashes if h not in primary_given]
+        out.unread = {h for h in hashes if h not in primary_given and not self.primary_reads(by_hash[h])}
+        if self.multi is not None and multi_given:
+            out.multi.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in multi_given.items())
+        wanted = [h for h in hashes if h not in primary_given and h not in out.unread]
         if reuse and (lookup := _not_encoded_ahead(self.primary, wanted, by_hash)):
             out.primary = stored_vectors(conn, self.primary, lookup)
         if reuse and self.multi is not None and (lookup := _not_encoded_ahead(self.multi, hashes, by_hash)):
-            out.multi = stored_vectors(conn, self.multi, lookup, multilingual=True)
+            out.multi.update(stored_vectors(conn, self.multi, [h for h in lookup if h not in out.multi],
+                                            multilingual=True))
         todo = [h for h in wanted if h not in out.primary]
         jobs = [(self.primary, todo, out.primary)]
         if self.multi is not None:
             todo_multi = [h for h in hashes if h not in out.multi]
             jobs.append((self.multi, todo_multi, out.multi))
-        encoded = encode_passages_side_by_side([(model, [by_hash[h] for h in t]) for model, t, _ in jobs])
+        encoded = encode_passages_side_by_side([(model, [by_hash[h] for h in t]) for model, t, _ in jobs],
+                                               on_encoded=self.on_encoded)
         for (_, t, have), (vectors, _) in zip(jobs, encoded):
             have.update((h, HalfVector(np.asarray(v, dtype=np.float32))) for h, v in zip(t, vectors))
         out.embed_seconds = encoded[0][1] if todo else 0.0
@@ -227,7 +249,7 @@ class PassageWriter:
     def _values(self, row: PassageRow, vectors: Vectors) -> tuple:
         h = row.embed_hash
         primary = HalfVector(np.asarray(row.vector, dtype=np.float32)) if row.vector is not None \
-            else vectors.primary[h]
+            else None if h in vectors.unread else vectors.primary[h]
         multi = vectors.multi.get(h) if self.multi is not None else None
         content = row.content.replace("\x00", "")
         return (row.document_id, row.source, row.ordinal, row.kind, row.summary_level, row.summarises,

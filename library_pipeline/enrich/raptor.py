@@ -36,7 +36,7 @@ import numpy as np
 from library_pipeline.documents import StepResult, ingested_document
 from library_pipeline.ingest.passage_text import clip_heading
 from serving.db import Database
-from serving.embedding import Embedder, embed_text_for_passage, sha256
+from serving.embedding import Embedder, chunk_counter, embed_text_for_passage, sha256
 from serving.generation import GenerationError, TextGenerator
 from serving.passage_writer import PassageRow, PassageWriter, ensure_indexes
 
@@ -243,12 +243,25 @@ def _abstractive(generator: TextGenerator, title: str | None, members: list[Node
 
 # -- the per-file step ----------------------------------------------------------------
 
+# {vector}, {model}: the tree model's columns (embedding / embed_model for the primary
+# model, embedding_multi / embed_model_multi for the multilingual one)
 LEAVES_SQL = """
-SELECT id, ordinal, content, embedding, page_start, page_end, heading
-FROM passages WHERE document_id = %s AND summary_level = 0 AND NOT removed AND embed_model = %s
-  AND kind <> 'boilerplate'
+SELECT id, ordinal, content, {vector}, page_start, page_end, heading
+FROM passages WHERE document_id = %s AND summary_level = 0 AND NOT removed AND {model} = %s
+  AND {vector} IS NOT NULL AND kind <> 'boilerplate'
 ORDER BY ordinal
 """
+
+
+def tree_model(writer: PassageWriter, language: str | None) -> tuple[Embedder, bool]:
+    """The model a file's tree is clustered and summarised with, and whether it is the
+    multilingual one: the model that reads the file's language (chunk_counter's rule).
+    An English-only model's vectors of a Russian book are not stored at all (the passage
+    writer gives that model only text it reads), and clustering by them grouped
+    passages by their letters, not their sense."""
+    chosen = chunk_counter(writer.primary, language)
+    multi = writer.multi is not None and chosen is not writer.primary and chosen.name == writer.multi.name
+    return (writer.multi, True) if multi else (writer.primary, False)
 
 def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGenerator | None = None, *,
                 force: bool = False) -> StepResult:
@@ -268,21 +281,26 @@ def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGener
         if not force and built == (version, embedder.name, summariser):
             result.status, result.reason = "skipped", "tree is current"
             return result
-        rows = conn.execute(LEAVES_SQL, (doc["id"], embedder.name)).fetchall()
+        model, multi = tree_model(writer, doc["language"])
+        columns = ("embedding_multi", "embed_model_multi") if multi else ("embedding", "embed_model")
+        rows = conn.execute(LEAVES_SQL.format(vector=columns[0], model=columns[1]),
+                            (doc["id"], model.name)).fetchall()
     leaves = [Node(id=r[0], order=r[1], text=r[2], vector=np.asarray(r[3].to_list(), dtype=np.float32),
                    page_start=r[4], page_end=r[5], headings=[r[6]] if r[6] else []) for r in rows]
     try:
-        levels, stats = build_levels(leaves, embedder, doc["title"], generator)
+        levels, stats = build_levels(leaves, model, doc["title"], generator)
     except GenerationError as exc:
         result.status, result.reason = "failed", f"summariser {summariser}: {exc}"
         return result
 
-    # the primary vector of a summary is the tree's own (build_levels); the multilingual
-    # model embeds the summary's text like any passage's
+    # a summary's vector under the tree model is the tree's own (build_levels); the other
+    # model embeds the summary's text like any passage's (if it reads it)
     texts = [embed_text_for_passage(doc["title"], _heading(node.children), node.text)
              for level in levels for node in level]
+    own = {sha256(t): node.vector for t, node in zip(texts, (n for level in levels for n in level))}
     with db.connect() as conn:
-        vectors = writer.prepare(conn, texts, primary_given={sha256(t) for t in texts})
+        vectors = (writer.prepare(conn, texts, multi_given=own) if multi
+                   else writer.prepare(conn, texts, primary_given=set(own)))
 
     with db.transaction() as conn:
         now = conn.execute("SELECT version, status FROM documents WHERE id = %s FOR UPDATE",
@@ -302,7 +320,7 @@ def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGener
                                document_id=doc["id"], ordinal=ordinal, kind="summary", summary_level=node.level,
                                summarises=[c.id for c in node.children], page_start=node.page_start,
                                page_end=node.page_end, heading=_heading(node.children),
-                               ts_config=doc["ts_config"], vector=node.vector)
+                               ts_config=doc["ts_config"], vector=None if multi else node.vector)
                     for ordinal, node in enumerate(level)]
             for node, pid in zip(level, writer.insert(conn, rows, vectors)):
                 node.id = pid

@@ -266,7 +266,7 @@ def build_index(db: Database, dataset: BeirDataset, embedder: Embedder, *, batch
                 raise RuntimeError(f"chunking {r.path} failed: {r.reason}")
         figures["chunk_seconds"] += time.perf_counter() - t
         t = time.perf_counter()
-        prefetch(db, keys, lanes, force=True)
+        prefetch(db, keys, lanes, force=True, writer=writer)
         for key in keys:
             r = embed_step(db, key, embedder, force=True, writer=writer)
             if r.status == "failed":

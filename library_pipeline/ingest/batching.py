@@ -76,10 +76,11 @@ _STORED_SQL = {
 
 
 def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple["BatchedEmbedder", str]],
-             *, force: bool = False) -> float:
+             *, force: bool = False, writer: PassageWriter | None = None) -> float:
     """Encode the pending chunk texts of `keys` with each lane's model in one call, the
     two lanes side by side (vectors already stored under that model are reused by the
-    step, not encoded). `lanes`: (batched model, vector column) per vector lane.
+    step, not encoded). `lanes`: (batched model, vector column) per vector lane; `writer`:
+    the PassageWriter they serve, whose primary model is given only the texts it reads.
     Returns the wall seconds spent encoding."""
     if len(keys) <= 1:
         return 0.0  # nothing to batch across
@@ -93,9 +94,11 @@ def prefetch(db: Database | ReusedConnection, keys: list[str], lanes: list[tuple
         for batched, column in lanes:
             query = _STORED_SQL[column]
             stored = {r[0] for r in conn.execute(query, (batched.inner.name, hashes)).fetchall()}
-            todo.append([t for t, h in zip(texts, hashes) if h not in stored])
+            todo.append([t for t, h in zip(texts, hashes) if h not in stored
+                         and (writer is None or column != "embedding" or writer.primary_reads(t))])
     started = time.perf_counter()
-    encoded = encode_passages_side_by_side([(batched.inner, missing) for (batched, _), missing in zip(lanes, todo)])
+    encoded = encode_passages_side_by_side([(batched.inner, missing) for (batched, _), missing in zip(lanes, todo)],
+                                           on_encoded=writer.on_encoded if writer is not None else None)
     for (batched, _), missing, (vectors, seconds) in zip(lanes, todo, encoded):
         batched.keep(missing, vectors, seconds)
     return time.perf_counter() - started

@@ -27,15 +27,24 @@ log = logging.getLogger(__name__)
 
 
 class _ProgressHandler(logging.Handler):
-    def __init__(self, bar: tqdm) -> None:
-        super().__init__(logging.INFO)
-        self.bar = bar
+    """Two bars: file steps, and passages encoded against the passages chunked so far (a
+    long novel's encode took minutes, and a bar of files alone stood still through it)."""
+
+    def __init__(self, bar: tqdm, passages: tqdm) -> None:
+        super().__init__(logging.DEBUG)
+        self.bar, self.passages = bar, passages
 
     def emit(self, record: logging.LogRecord) -> None:
         step = getattr(record, "step", None)
         if step:
             self.bar.set_description(step)
             self.bar.update(1)
+            if step == "chunk" and getattr(record, "chunks", 0):
+                self.passages.total = (self.passages.total or 0) + record.chunks
+                self.passages.refresh()
+        encoded = getattr(record, "encoded", 0)
+        if encoded:
+            self.passages.update(encoded)
 
 
 def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool = False, batch: int = RANGE_SIZE,
@@ -44,16 +53,23 @@ def run_ingest(db: Database, relpaths: list[str] | None = None, *, force: bool =
     instance = instance or launch.open_instance(db)
     changes = launch.library_changes(db, instance, relpaths=relpaths)
     plan = launch.ingest_plan(changes, "cli", batch=batch, force=force)
-    bar = tqdm(total=3 * plan.files, unit="step", disable=not progress, leave=False)
-    handler = _ProgressHandler(bar)
+    bar = tqdm(total=3 * plan.files, unit="step", disable=not progress, leave=False, position=0)
+    passages = tqdm(total=0, unit="passage", desc="passages encoded", disable=not progress, leave=False,
+                    position=1)
+    handler = _ProgressHandler(bar, passages)
     progress_logger = logging.getLogger("library_pipeline.progress")
+    passages_logger = logging.getLogger("library_pipeline.progress.passages")
+    level = passages_logger.level
     progress_logger.addHandler(handler)
     progress_logger.propagate = False
+    passages_logger.setLevel(logging.DEBUG)
     try:
         launched = launch.execute(plan, instance, definitions_for(db.settings))
     finally:
         progress_logger.removeHandler(handler)
         progress_logger.propagate = True
+        passages_logger.setLevel(level)
+        passages.close()
         bar.close()
     return {**ingest_summary(db, changes.keys, changes.removed),
             "runs": launched.runs,  # range runs plus the corpus-index refresh

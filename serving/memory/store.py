@@ -201,7 +201,7 @@ def index_memory(conn: psycopg.Connection, embedder: Embedder, viewer: Viewer | 
     by_lines = False
     vectors = None
     timings: dict[str, float] = {}
-    writer = PassageWriter(embedder)
+    writer = PassageWriter(embedder, readers_only=False)
 
     def embed(chunks: list[str]):
         writer.ensure_indexes(conn)

@@ -7,6 +7,9 @@ index predicate, and it cannot prove that through a bound parameter, so the
 model name is a literal here (psycopg.sql.Literal) and the ORDER BY repeats
 the exact indexed expression `embedding::halfvec(N)`.
 
+A row the model could not read (serving.passage_writer) names the model with no
+vector: the index leaves it out, and the exact scan skips it by `IS NOT NULL`.
+
 Filters (one source, one scope, one document) are applied after HNSW finds
 its neighbours; a filter that keeps 2% of rows would return ~0.2 of k from a
 plain scan. pgvector 0.8's iterative scan (`hnsw.iterative_scan =
@@ -57,7 +60,7 @@ def vector_sql(model: str, dims: int, predicate: Predicate, *, summaries: bool, 
                     "p.{col}::{cast} <=> %(qvec)s::{cast}").format(cast=cast, col=vec_col)
     return sql.SQL(
         "SELECT p.id, p.document_id, (p.{col}::{cast} <=> %(qvec)s::{cast}) AS distance FROM passages p "
-        "WHERE p.{model_col} = {model} AND {level} AND {pred} ORDER BY {order} LIMIT %(k)s"
+        "WHERE p.{model_col} = {model} AND {level} AND p.{col} IS NOT NULL AND {pred} ORDER BY {order} LIMIT %(k)s"
     ).format(cast=cast, col=vec_col, model_col=model_col, model=sql.Literal(model), level=level,
              pred=predicate.clause, order=order)
 

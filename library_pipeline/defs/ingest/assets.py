@@ -25,6 +25,8 @@ from library_pipeline.resources import EmbedderResource, LibraryDatabase
 from serving.db import Database
 
 progress_log = logging.getLogger("library_pipeline.progress")
+# per encoded piece (32 passages), at DEBUG: `library ingest` turns it on for its bar
+passages_log = logging.getLogger("library_pipeline.progress.passages")
 
 OWNERS = ["team:library"]
 
@@ -91,8 +93,20 @@ def each_file(context: dg.AssetExecutionContext, step: str, fn: Callable[[str], 
                 result.path = record_failure_by_key(db, key, reason)
         results.append(result)
         progress_log.info("%s %d/%d %s %s", step, n, total, result.status, result.path or key,
-                          extra={"step": step, "key": key, "status": result.status})
+                          extra={"step": step, "key": key, "status": result.status,
+                                 "chunks": result.figures.get("chunks", 0)})
     return results
+
+
+def _passage_progress(writer) -> Callable:
+    """Progress in passages: the texts encoded by the model that reads every passage (the
+    multilingual one when it is on), so a long novel's encode moves the bar."""
+    counted = (writer.multi or writer.primary).name
+
+    def encoded(model, n: int) -> None:
+        if model.name == counted:
+            passages_log.debug("%d passages encoded by %s", n, model.name, extra={"encoded": n})
+    return encoded
 
 
 def sum_of(field: str) -> Callable[[list[StepResult]], int]:
@@ -155,6 +169,7 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
     model = embedder.get(library_db.get())
     writer, lanes = batched_writer(model)
     batched = writer.primary
+    writer.on_encoded = _passage_progress(writer)
     keys = context.partition_keys
     results: list[StepResult] = []
     batch_seconds = 0.0  # both lanes' encodes ahead, side by side: wall time, counted once
@@ -169,7 +184,7 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
             # the group's new texts in one encode call per model, then each file
             # embedded (from those vectors) and swapped in its own transaction as before
             try:
-                batch_seconds += prefetch(db, group, lanes, force=config.force)
+                batch_seconds += prefetch(db, group, lanes, force=config.force, writer=writer)
             except Exception as exc:
                 context.log.warning(f"embed: batch encode failed ({type(exc).__name__}: {exc}); "
                                     "embedding these files one by one")
@@ -223,7 +238,10 @@ def passages_use_current_model(library_db: LibraryDatabase, embedder: EmbedderRe
     name = embedder.get(db).name
     with db.connect() as conn:
         stale, total = conn.execute(
-            "SELECT count(*) FILTER (WHERE embed_model IS DISTINCT FROM %s OR embedding IS NULL), count(*) "
+            "SELECT count(*) FILTER (WHERE embed_model IS DISTINCT FROM %s "
+            # no primary vector is right for a passage that model cannot read, which the
+            # multilingual model embedded instead (serving.passage_writer)
+            "OR (embedding IS NULL AND embedding_multi IS NULL)), count(*) "
             "FROM passages WHERE source = 'library' AND NOT removed", (name,)).fetchone()
     return dg.AssetCheckResult(passed=stale == 0, metadata={"stale_passages": stale, "passages": total,
                                                            "model": name})
