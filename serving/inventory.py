@@ -9,6 +9,9 @@ negative, and the match rule must not produce false positives:
 
 - case-insensitive substring of the path or title (also after folding every
   run of punctuation to one space, so "moby dick" finds "moby-dick.epub"), or
+- every word of the pattern in the name in another script or spelling («Чехов» finds
+  "Chekhov - Каштанка.txt", "Gorkiy" finds "Gorky - Мать.txt": the cross-script keys of
+  serving/search/translit.py), or
 - >= 2 distinct stemmed terms shared with the file name / title. One shared
   word is not enough: "guide" alone would make every "... Guide" file a match
   for "The Hitchhiker's Guide to the Galaxy", and absence unreliable.
@@ -26,7 +29,8 @@ import psycopg
 
 from serving.search.keyword import query_lexemes
 from serving.search.query import normalise_query
-from serving.search.titles import NAMES, normalise_name
+from serving.search.titles import NAMES, TRANSLIT, normalise_name
+from serving.search.translit import skeletons
 from serving.search.types import SearchError
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ def library_files(conn: psycopg.Connection, pattern: str, limit: int = 50) -> di
         names = NAMES.get(conn)
         live = [d for d in names.docs if d.status != "removed"]
         query = {c: set(v) for c, v in query_lexemes(conn, text, list(names.configs)).items()} if text else {}
+    keys = skeletons(text) if text else set()
     matches: list[tuple[int, int, str, Any]] = []
     raw, flat = text.casefold(), normalise_name(text)
     shared = {names.docs[pos].id: hit for pos, hit in names.overlaps(query).items()}
@@ -60,6 +65,8 @@ def library_files(conn: psycopg.Connection, pattern: str, limit: int = 50) -> di
             matches.append((0, 0, "all", doc))
         elif raw in doc.path.casefold() or raw in (doc.title or "").casefold() or (flat and flat in doc.flat):
             matches.append((0, 0, "substring", doc))
+        elif keys and keys <= doc.lexemes.get(TRANSLIT, frozenset()):
+            matches.append((0, 1, "transliterated", doc))
         elif doc.id in shared and shared[doc.id][0] >= MIN_TERMS:
             n, terms = shared[doc.id]
             matches.append((1, -n, "terms: " + ", ".join(terms), doc))

@@ -10,6 +10,9 @@ A question file is what a user can write in a minute, TSV or YAML:
 
     - question: Who is Irene Adler?
       files: [Doyle - The Adventures of Sherlock Holmes.epub]
+      kind: content            # optional: results are also reported per kind
+
+A TSV line may carry the kind as a third column.
 
 A file is named by its path relative to the library folder, or by its file name alone
 when that is unique in the library.
@@ -58,6 +61,7 @@ class Question:
     text: str
     files: tuple[str, ...]
     line: int = 0
+    kind: str | None = None
 
 
 def load_questions(path: Path | str) -> list[Question]:
@@ -87,7 +91,8 @@ def _load_tsv(path: Path, raw: str) -> list[Question]:
         header_possible = False
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
             raise QuestionFileError(f"{path}:{n}: expected `question<TAB>file(s)`, got {row!r}")
-        out.append(Question(row[0].strip(), _split_files(row[1]), n))
+        kind = row[2].strip() if len(row) > 2 and row[2].strip() else None
+        out.append(Question(row[0].strip(), _split_files(row[1]), n, kind))
     return out
 
 
@@ -108,7 +113,7 @@ def _load_yaml(path: Path, raw: str) -> list[Question]:
         files = _split_files(files) if isinstance(files, str) else tuple(str(f).strip() for f in files or ())
         if not isinstance(item, dict) or not str(item.get("question") or "").strip() or not files:
             raise QuestionFileError(f"{path}: item {n}: needs `question` and `files`")
-        out.append(Question(str(item["question"]).strip(), files, n))
+        out.append(Question(str(item["question"]).strip(), files, n, str(item["kind"]) if item.get("kind") else None))
     return out
 
 
@@ -127,13 +132,14 @@ class QuestionResult:
     reciprocal_rank: float
     other_script_top5: int           # passages in another script than the question's, top 5
     top: list[dict[str, Any]] = field(default_factory=list)
+    kind: str | None = None
 
     @property
     def same_language(self) -> bool:
         return self.answer_script == self.question_script
 
     def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "files": self.files, "same_language": self.same_language,
+        return {"question": self.question, "kind": self.kind, "files": self.files, "same_language": self.same_language,
                 "right_at_1": self.right_at_1, "reciprocal_rank": round(self.reciprocal_rank, 4),
                 "other_script_top5": self.other_script_top5, "ranked_files": self.ranked_files[:5],
                 "top": self.top}
@@ -162,7 +168,19 @@ class LibraryEvaluation:
             "cross_language_right_at_1": self._mean(cross, "right_at_1"),
             "cross_language_mrr_files": self._mean(cross, "reciprocal_rank"),
             "missing_files": [f"{q} -> {f}" for q, f in self.missing],
+            "by_kind": self.by_kind(),
         }
+
+    def by_kind(self) -> dict[str, dict[str, Any]]:
+        """Per question kind (questions without one: "other"): right file at 1, MRR and the misses."""
+        kinds: dict[str, list[QuestionResult]] = {}
+        for r in self.results:
+            kinds.setdefault(r.kind or "other", []).append(r)
+        return {kind: {"questions": len(rows), "right_at_1": self._mean(rows, "right_at_1"),
+                       "mrr_files": self._mean(rows, "reciprocal_rank"),
+                       "misses": [f"{r.question} -> {r.ranked_files[0] if r.ranked_files else '(nothing)'}"
+                                  for r in rows if not r.right_at_1]}
+                for kind, rows in kinds.items()}
 
 
 def library_languages(conn: psycopg.Connection) -> dict[str, str | None]:
@@ -223,7 +241,7 @@ def evaluate_library(conn: psycopg.Connection, embedder: Embedder, questions: li
             other_script_top5=sum(1 for r in resp.results[:OTHER_SCRIPT_DEPTH]
                                   if script(r.text) not in (qscript, "none")),
             top=[{"path": r.path, "location": r.location, "lanes": r.lanes, "score": round(r.score, 4)}
-                 for r in resp.results[:3]]))
+                 for r in resp.results[:3]], kind=q.kind))
     return LibraryEvaluation(results, missing)
 
 
@@ -243,7 +261,14 @@ def markdown(evaluation: LibraryEvaluation) -> str:
              f"{s['other_script_in_top5']} in {s['questions_with_other_script_in_top5']} of "
              f"{s['same_language_questions']} | {s['cross_language_questions']} questions: "
              f"{pct(s['cross_language_right_at_1'])} / {num(s['cross_language_mrr_files'])} |", "",
-             "| question | right at 1 | RR | other script top 5 | first file returned |", "|---|---|---|---|---|"]
+             ]
+    kinds = s["by_kind"]
+    if set(kinds) != {"other"}:
+        lines += ["| kind | questions | right file at rank 1 | MRR over files |", "|---|---|---|---|"]
+        lines += [f"| {kind} | {v['questions']} | {pct(v['right_at_1'])} | {num(v['mrr_files'])} |"
+                  for kind, v in kinds.items()]
+        lines.append("")
+    lines += ["| question | right at 1 | RR | other script top 5 | first file returned |", "|---|---|---|---|---|"]
     for r in evaluation.results:
         first = r.ranked_files[0] if r.ranked_files else "(nothing)"
         lines.append(f"| {r.question} | {'yes' if r.right_at_1 else '**no**'} | {r.reciprocal_rank:.2f} | "

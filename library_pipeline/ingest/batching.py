@@ -113,6 +113,8 @@ class BatchedEmbedder:
         self._cache: dict[str, np.ndarray] = {}
         self.seconds = 0.0
         self.calls = 0
+        # told (inner model, texts) when texts not encoded ahead are encoded now (progress)
+        self.on_encoded = None
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -138,6 +140,8 @@ class BatchedEmbedder:
             vectors = (self.inner.encode_passages(missing, threads=threads) if threads
                        else self.inner.encode_passages(missing))
             self._cache.update(zip(missing, vectors))
+            if self.on_encoded is not None:
+                self.on_encoded(self.inner, len(missing))
         return np.stack([self._cache[t] for t in texts]) if texts else self.inner.encode_passages([])
 
 

@@ -49,6 +49,8 @@ class Call:
     hits: dict[str, LaneHits] = field(default_factory=dict)    # lane name -> its hits
     lexeme_sets: dict[str, set[str]] = field(default_factory=dict)
     lexemes: dict[str, list[str]] = field(default_factory=dict)
+    # config -> lexemes the query's Latin-lettered names added in the other script
+    cross_names: dict[str, set[str]] = field(default_factory=dict)
     keyword_stats: list = field(default_factory=list)
     names: Any = None
     qvec: Any = None

@@ -24,8 +24,10 @@ import psycopg
 from psycopg import sql
 
 from serving.search.filters import Predicate
+from serving.search.keyword import query_lexemes
 from serving.search.lanes import LaneHits
-from serving.search.titles import NameIndex
+from serving.search.sections import heading_fits, numerals, strip_numerals
+from serving.search.titles import DocName, NameIndex, Section, with_translit
 from serving.search.types import SearchFilters
 
 # Requests for a table of contents, in the languages the corpus is likely to have.
@@ -63,13 +65,50 @@ def _first_passages(conn: psycopg.Connection, doc_ids: list[int], predicate: Pre
     return {d: pid for d, pid in conn.execute(query, {**predicate.params, "docs": doc_ids})}
 
 
+def _visible(conn: psycopg.Connection, pids: list[int], predicate: Predicate) -> set[int]:
+    if not pids:
+        return set()
+    query = sql.SQL("SELECT p.id FROM passages p WHERE p.id = ANY(%(pids)s) AND {pred}").format(
+        pred=predicate.clause)
+    return {r[0] for r in conn.execute(query, {**predicate.params, "pids": pids})}
+
+
 def title_lane(conn: psycopg.Connection, names: NameIndex, query: dict[str, set[str]], predicate: Predicate,
                filters: SearchFilters, other: list[LaneHits], *, depth: int, min_terms: int,
-               min_query_share: float = 0.0) -> LaneHits:
+               min_query_share: float = 0.0, text: str = "") -> LaneHits:
+    """Documents named by the query, each represented by one passage: the opening of the
+    section the query names (a chapter by number, a piece of a collection by its title:
+    serving/search/sections.py), else the document's passage the other lanes ranked best,
+    else its first passage. `text`: the query as typed (its numbers)."""
     started = time.perf_counter()
-    matches = [(doc, n, terms) for doc, n, terms in names.match(query, min_terms, min_query_share)
-               if doc.status != "removed" or filters.include_removed]
-    matches = [m for m in matches if _doc_allowed(m[0].source, m[0].id, filters)][:depth]
+
+    def allowed(doc: DocName) -> bool:
+        return (doc.status != "removed" or filters.include_removed) and _doc_allowed(doc.source, doc.id, filters)
+
+    found: dict[int, tuple[DocName, int, list[str]]] = {}
+    for doc, n, terms in names.match(query, min_terms, min_query_share):
+        if allowed(doc):
+            found.setdefault(doc.id, (doc, n, terms))
+    wanted = numerals(text) if text else []
+    chosen: dict[int, Section] = {}
+    if wanted:
+        # «Мать глава XV»: the work is named by the rest of the query
+        rest = strip_numerals(text, wanted)
+        lexemes = {c: set(v) for c, v in query_lexemes(conn, rest, list(names.configs)).items()}
+        for doc, n, terms in names.match(with_translit(lexemes, rest), min_terms, min_query_share):
+            if allowed(doc) and n > found.get(doc.id, (None, 0))[1]:
+                found[doc.id] = (doc, n + len(wanted), terms)
+        for doc_id in list(found):
+            fit = next((s for s in names.sections_of(doc_id) if heading_fits(wanted, s.heading)), None)
+            if fit is not None:
+                chosen[doc_id] = fit
+    for section, n, terms in names.match_sections(query, min_terms, min_query_share)[:depth]:
+        doc = names.docs[section.doc]
+        if allowed(doc) and doc.id not in chosen and n > found.get(doc.id, (None, 0))[1]:
+            chosen[doc.id] = section
+            found[doc.id] = (doc, n, terms)
+    matches = sorted(found.values(), key=lambda m: (-m[1], m[0].path))[:depth]
+    visible = _visible(conn, [chosen[d.id].passage_id for d, _, _ in matches if d.id in chosen], predicate)
     # best passage of each matched document among the other lanes' hits
     best: dict[int, tuple[int, int]] = {}
     for lane in other:
@@ -79,13 +118,18 @@ def title_lane(conn: psycopg.Connection, names: NameIndex, query: dict[str, set[
     first = _first_passages(conn, [d.id for d, _, _ in matches if d.id not in best], predicate)
     hits = LaneHits("title")
     for doc, n, _terms in matches:
-        pid = best[doc.id][1] if doc.id in best else first.get(doc.id)
+        section = chosen.get(doc.id)
+        if section is not None and section.passage_id in visible:
+            pid = section.passage_id
+        else:
+            pid = best[doc.id][1] if doc.id in best else first.get(doc.id)
         if pid is not None and pid not in hits.ids:
             hits.ids.append(pid)
             hits.scores.append(float(n))
             hits.doc_ids.append(doc.id)
     hits.ms = (time.perf_counter() - started) * 1000
-    named = ", ".join(f"{d.path} ({'+'.join(t)})" for d, _, t in matches[:3])
+    named = ", ".join(f"{d.path}" + (f" › {chosen[d.id].heading}" if d.id in chosen else "") + f" ({'+'.join(t)})"
+                      for d, _, t in matches[:3])
     hits.status = (f"ok: {len(hits)} documents by name" + (f": {named}" if named else "")) if hits.ids else \
         f"empty: no document name shares >= {min_terms} terms with the query"
     return hits

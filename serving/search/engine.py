@@ -50,6 +50,7 @@ from serving.search.filters import passage_predicate, resolve_paths
 from serving.search.fusion import fuse
 from serving.search.keyword import corpus_configs, query_lexemes
 from serving.search.language import query_language, script, word_scripts
+from serving.search.lexicon import other_script_names
 from serving.search.query import normalise_query, validate_top_k
 from serving.search.registry import POSITION, run_phase
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
@@ -193,6 +194,11 @@ def _text_lanes(call: Call) -> None:
     configs = sorted({s.name for s in stats} | set(names.configs if names else ()))
     t = time.perf_counter()
     lexemes = call.lexemes = query_lexemes(conn, call.text, configs)
+    if cfg.keyword and cfg.cross_script_names:
+        keyword_configs = {s.name for s in stats}
+        call.cross_names = {c: v for c, v in other_script_names(conn, call.text).items() if c in keyword_configs}
+        for config, extra in call.cross_names.items():
+            lexemes[config] = list(dict.fromkeys([*lexemes.get(config, []), *sorted(extra)]))
     call.timings["lexemes"] = _ms(t)
     call.lexeme_sets = {c: set(v) for c, v in lexemes.items()}
     if configs and not any(lexemes.values()):
@@ -278,7 +284,8 @@ def _calibrated(call: Call) -> None:
     if aware:
         readers = readers_of(pool, evidence.scripts, query_script,
                              primary_reads=call.primary_reads and call.qvec is not None,
-                             primary_monolingual=call.languages is not None, word_scripts=word_scripts(call.text))
+                             primary_monolingual=call.languages is not None,
+                             word_scripts=word_scripts(call.text) | ({"cyrillic"} if call.cross_names else set()))
     else:
         readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}
     shares: dict[int, float] = {}

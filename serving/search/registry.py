@@ -30,6 +30,7 @@ from serving.search.doclanes import structure_lane, title_lane
 from serving.search.fusion import lane_weight
 from serving.search.keyword import keyword_lane
 from serving.search.lanes import LaneHits
+from serving.search.titles import with_translit
 from serving.search.vector import vector_lane
 
 Ran = tuple[LaneHits, float] | None
@@ -117,9 +118,9 @@ def _title(call: Call, conn: psycopg.Connection) -> Ran:
     if call.names is None:
         return None
     cfg = call.cfg
-    hits = title_lane(conn, call.names, call.lexeme_sets, call.predicate, call.filters,
+    hits = title_lane(conn, call.names, with_translit(call.lexeme_sets, call.text), call.predicate, call.filters,
                       [h for h in (call.vec, call.mvh, call.kw) if h], depth=cfg.title_depth,
-                      min_terms=cfg.title_min_terms, min_query_share=cfg.title_query_share)
+                      min_terms=cfg.title_min_terms, min_query_share=cfg.title_query_share, text=call.text)
     return hits, lane_weight("title", cfg)
 
 

@@ -25,18 +25,35 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
+
+from serving.search.translit import skeletons
 
 log = logging.getLogger(__name__)
 
 _SEPARATORS = re.compile(r"[\W_]+", re.UNICODE)
+# a name of at most this many lexemes (author and a one- or two-word title) matches a
+# one-word query on its own
+SHORT_NAME = 3
 
 
 def normalise_name(text: str) -> str:
-    """Lower case, every run of non-alphanumerics one space: 'Moby-Dick_v2.epub' ~ 'moby dick v2 epub'."""
-    return _SEPARATORS.sub(" ", text.casefold()).strip()
+    """Lower case, ё as е, every run of non-alphanumerics one space: 'Moby-Dick_v2.epub' ~
+    'moby dick v2 epub', «Повреждённый» ~ «поврежденный» (most Russian text is typed without ё)."""
+    return _SEPARATORS.sub(" ", text.casefold().replace("ё", "е")).strip()
+
+
+# The name index's cross-script keys (serving/search/translit.py) travel as one more
+# "configuration" beside the text-search ones: «Горький Челкаш», "Chelkash Gorky" and
+# "Gorky - Челкаш.txt" share {gorki, CelkaS}.
+TRANSLIT = "translit"
+
+
+def with_translit(query: dict[str, set[str]], text: str) -> dict[str, set[str]]:
+    """A query's lexemes per configuration plus its words' cross-script keys."""
+    return {**query, TRANSLIT: skeletons(text)}
 
 
 def path_stem(path: str) -> str:
@@ -65,6 +82,17 @@ class DocName:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A heading of a document and the first passage under it."""
+
+    doc: int                              # position of its document in NameIndex.docs
+    heading: str
+    passage_id: int
+    ordinal: int
+    lexemes: dict[str, frozenset[str]]    # configuration -> lexemes of the heading
+
+
+@dataclass(frozen=True)
 class NameIndex:
     key: tuple
     docs: tuple[DocName, ...]
@@ -73,6 +101,45 @@ class NameIndex:
     # with the query in a Python loop cost 15-18 ms per search at 5,183 documents; the
     # postings of a query's few lexemes cost well under 1 ms.
     postings: dict[str, dict[str, tuple[int, ...]]]
+    sections: tuple[Section, ...] = ()
+    # configuration -> lexeme -> positions in `sections`
+    section_postings: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    # document id -> positions in `sections`, in reading order
+    doc_sections: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def sections_of(self, doc_id: int) -> list[Section]:
+        return [self.sections[i] for i in self.doc_sections.get(doc_id, ())]
+
+    def match_sections(self, query: dict[str, set[str]], min_terms: int, min_query_share: float = 0.0
+                       ) -> list[tuple[Section, int, list[str]]]:
+        """Sections named by the query - a story of a collection by its own title, alone or
+        with its work's name or author («Vixerunt», «Герцен Перед грозой»): the heading
+        shares a term with the query, and heading and document name together pass the rule
+        of `match` (terms, share of the query; one word for a short heading). Best first."""
+        hit: dict[int, set[str]] = {}
+        for config, lexemes in query.items():
+            postings = self.section_postings.get(config)
+            if postings:
+                for lexeme in lexemes:
+                    for pos in postings.get(lexeme, ()):
+                        hit.setdefault(pos, set()).add(config)
+        out = []
+        for pos, configs in hit.items():
+            section = self.sections[pos]
+            doc = self.docs[section.doc]
+            best = max(((len(terms), len(terms) / max(len(query.get(c, ())), 1), c != TRANSLIT, sorted(terms))
+                        for c in configs
+                        for terms in [(section.lexemes.get(c, frozenset()) | doc.lexemes.get(c, frozenset()))
+                                      & query.get(c, set())]), default=None)
+            if best is None:
+                continue
+            n, share, _, terms = best
+            size = max((len(v) for v in section.lexemes.values()), default=1)
+            single = n == 1 and share >= 1.0 and size <= SHORT_NAME
+            if (n >= max(min_terms, 1) or single) and share >= min_query_share:
+                out.append((section, n, terms, share))
+        out.sort(key=lambda t: (-t[1], -t[3], t[0].ordinal))
+        return [(section, n, terms) for section, n, terms, _ in out]
 
     def overlaps(self, query: dict[str, set[str]]) -> dict[int, tuple[int, list[str]]]:
         """position in `docs` -> (distinct shared lexemes, which) for every name sharing any;
@@ -92,20 +159,26 @@ class NameIndex:
                     shared.setdefault(pos, {}).setdefault(config, set()).add(lexeme)
         out = {}
         for pos, by_config in shared.items():
-            config, best = max(by_config.items(), key=lambda kv: (len(kv[1]), kv[0]))
-            out[pos] = (len(best), sorted(best), len(best) / max(len(query.get(config, ())), 1))
+            # most shared terms, then the larger share of the query; a text-search
+            # configuration before the cross-script keys on a tie
+            n, share, _, best = max((len(terms), len(terms) / max(len(query.get(config, ())), 1),
+                                     config != TRANSLIT, terms) for config, terms in by_config.items())
+            out[pos] = (n, sorted(best), share)
         return out
 
     def match(self, query: dict[str, set[str]], min_terms: int,
               min_query_share: float = 0.0) -> list[tuple[DocName, int, list[str]]]:
         """Documents sharing >= min_terms distinct lexemes with the query and holding
         >= min_query_share of the query's lexemes, best first: most shared terms, then
-        the larger share of the name covered, then path."""
+        the larger share of the name covered, then path. A query of one word matches a
+        short name holding it («Мать» -> "Gorky - Мать.txt"): most titles of a library of
+        fiction are one or two words, and they were unreachable by name."""
         out = []
         for pos, (n, terms, share) in self._overlaps(query).items():
-            if n >= max(min_terms, 1) and share >= min_query_share:
-                doc = self.docs[pos]
-                size = max((len(v) for v in doc.lexemes.values()), default=1)
+            doc = self.docs[pos]
+            size = max((len(v) for v in doc.lexemes.values()), default=1)
+            single = n == 1 and share >= 1.0 and size <= SHORT_NAME
+            if (n >= max(min_terms, 1) or single) and share >= min_query_share:
                 out.append((doc, n, terms, n / max(size, 1)))
         out.sort(key=lambda t: (-t[1], -t[3], t[0].path))
         return [(doc, n, terms) for doc, n, terms, _ in out]
@@ -130,12 +203,70 @@ class NameCache:
             index = _load(conn, key)
             self._by_db[db] = index
             self.loads += 1
-        log.info("title cache: stemmed %d document names (%s)", len(index.docs), ", ".join(index.configs))
+        log.info("title cache: stemmed %d document names and %d headings (%s)", len(index.docs),
+                 len(index.sections), ", ".join(index.configs))
         return index
 
     def clear(self) -> None:
         with self._lock:
             self._by_db.clear()
+
+
+# The first passage under each heading. A library of EPUBs has a few hundred headings a
+# book; past this many the sections are left out (chapter lookups then find the work only).
+MAX_SECTIONS = 200_000
+SECTIONS_SQL = """
+SELECT DISTINCT ON (p.document_id, p.heading) p.document_id, p.heading, p.id, p.ordinal
+FROM passages p
+WHERE p.summary_level = 0 AND p.heading IS NOT NULL AND NOT p.removed AND NOT p.superseded
+  AND p.source IN ('library', 'vault')
+ORDER BY p.document_id, p.heading, p.ordinal
+LIMIT %s
+"""
+
+
+def _stem(conn: psycopg.Connection, texts: list[str], configs: list[str]) -> list[frozenset[str]]:
+    """The lexemes of each text under its configuration, in one round trip."""
+    if not texts:
+        return []
+    out: list[frozenset[str]] = [frozenset()] * len(texts)
+    for i, lex in conn.execute(
+            "SELECT t.i, tsvector_to_array(to_tsvector(t.c::regconfig, t.txt)) "
+            "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(c, txt, i)", (configs, texts)).fetchall():
+        out[int(i) - 1] = frozenset(lex or ())
+    return out
+
+
+def _postings(entries: list[dict[str, frozenset[str]]]) -> dict[str, dict[str, tuple[int, ...]]]:
+    postings: dict[str, dict[str, list[int]]] = {}
+    for pos, by_config in enumerate(entries):
+        for config, lexemes in by_config.items():
+            for lexeme in lexemes:
+                postings.setdefault(config, {}).setdefault(lexeme, []).append(pos)
+    return {c: {lex: tuple(v) for lex, v in by_lex.items()} for c, by_lex in postings.items()}
+
+
+def _load_sections(conn: psycopg.Connection, docs: tuple[DocName, ...], doc_configs: list[str]):
+    rows = conn.execute(SECTIONS_SQL, (MAX_SECTIONS + 1,)).fetchall()
+    if len(rows) > MAX_SECTIONS:
+        log.warning("title cache: over %d headings; chapter and inner-title lookups are off", MAX_SECTIONS)
+        return (), {}, {}
+    position = {doc.id: pos for pos, doc in enumerate(docs)}
+    rows = [r for r in rows if r[0] in position]
+    texts, configs, owners = [], [], []
+    for i, (doc_id, heading, _pid, _ordinal) in enumerate(rows):
+        for config in {doc_configs[position[doc_id]], "english"} - {"simple"}:
+            texts.append(heading)
+            configs.append(config)
+            owners.append(i)
+    lexemes: list[dict[str, frozenset[str]]] = [{TRANSLIT: frozenset(skeletons(r[1]))} for r in rows]
+    for owner, config, lex in zip(owners, configs, _stem(conn, texts, configs)):
+        lexemes[owner][config] = lex
+    sections = tuple(Section(position[r[0]], r[1], r[2], r[3], lexemes[i]) for i, r in enumerate(rows))
+    by_doc: dict[int, list[int]] = {}
+    for pos in sorted(range(len(sections)), key=lambda p: (sections[p].doc, sections[p].ordinal)):
+        by_doc.setdefault(docs[sections[pos].doc].id, []).append(pos)
+    return sections, _postings([sec.lexemes for sec in sections]), {d: tuple(v) for d, v in by_doc.items()}
 
 
 def _load(conn: psycopg.Connection, key: tuple) -> NameIndex:
@@ -150,26 +281,18 @@ def _load(conn: psycopg.Connection, key: tuple) -> NameIndex:
             texts.append(name_text)
             configs.append(config)
             owners.append(i)
-    lexemes: list[dict[str, frozenset[str]]] = [{} for _ in rows]
-    if texts:
-        stemmed = conn.execute(
-            "SELECT t.i, tsvector_to_array(to_tsvector(t.c::regconfig, t.txt)) "
-            "FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(c, txt, i)", (configs, texts)).fetchall()
-        for i, lex in stemmed:
-            pos = int(i) - 1
-            lexemes[owners[pos]][configs[pos]] = frozenset(lex or ())
+    lexemes: list[dict[str, frozenset[str]]] = [
+        {TRANSLIT: frozenset(skeletons(f"{path_stem(r[2])} {r[3] or ''}"))} for r in rows]
+    for owner, config, lex in zip(owners, configs, _stem(conn, texts, configs)):
+        lexemes[owner][config] = lex
     docs = tuple(
         DocName(id=r[0], source=r[1], path=r[2], title=r[3], format=r[4], language=r[5], pages=r[6],
                 status=r[7], error=r[8], lexemes=lexemes[i],
                 flat=normalise_name(f"{r[2]} {r[3] or ''}"))
         for i, r in enumerate(rows))
-    postings: dict[str, dict[str, list[int]]] = {}
-    for pos, doc in enumerate(docs):
-        for config, lexemes in doc.lexemes.items():
-            for lexeme in lexemes:
-                postings.setdefault(config, {}).setdefault(lexeme, []).append(pos)
-    frozen = {c: {lex: tuple(v) for lex, v in by_lex.items()} for c, by_lex in postings.items()}
-    return NameIndex(key, docs, tuple(sorted({c for c in configs})), frozen)
+    sections, section_postings, doc_sections = _load_sections(conn, docs, [r[9] for r in rows])
+    return NameIndex(key, docs, tuple(sorted({c for c in configs})), _postings([d.lexemes for d in docs]),
+                     sections, section_postings, doc_sections)
 
 
 NAMES = NameCache()

@@ -181,6 +181,9 @@ class SearchConfig:
     # script than the query's are dropped, and the multilingual lane counts fully where
     # it is the only lane that reads query and passage. False: every lane at its weight.
     language_aware: bool = True
+    # Latin-lettered names of the query also searched as the library spells them in
+    # Cyrillic ("Chervyakov" -> «червяков»: serving/search/lexicon.py)
+    cross_script_names: bool = True
     multilingual_weight: float = 1.0
     # the primary model's weight (times vector_weight) for a query in a language it does
     # not read (MiniLM: English only), when the multilingual lane stands in; its hits in

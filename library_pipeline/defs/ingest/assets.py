@@ -18,7 +18,7 @@ import dagster as dg
 
 from library_pipeline.launch import plans as launch
 from library_pipeline.defs.ingest.partitions import library_files_partitions
-from library_pipeline.ingest.batching import embed_groups, batched_writer, prefetch
+from library_pipeline.ingest.batching import BatchedEmbedder, batched_writer, embed_groups, prefetch
 from library_pipeline.documents import StepResult, record_failure_by_key
 from library_pipeline.ingest.store import ReusedConnection, chunk_step, embed_step, extract_step
 from library_pipeline.resources import EmbedderResource, LibraryDatabase
@@ -104,7 +104,8 @@ def _passage_progress(writer) -> Callable:
     counted = (writer.multi or writer.primary).name
 
     def encoded(model, n: int) -> None:
-        if model.name == counted:
+        # a batched lane answering from vectors encoded ahead reports its real encodes itself
+        if model.name == counted and not isinstance(model, BatchedEmbedder):
             passages_log.debug("%d passages encoded by %s", n, model.name, extra={"encoded": n})
     return encoded
 
@@ -170,6 +171,8 @@ def embeddings(context: dg.AssetExecutionContext, config: IngestConfig, library_
     writer, lanes = batched_writer(model)
     batched = writer.primary
     writer.on_encoded = _passage_progress(writer)
+    for lane, _ in lanes:
+        lane.on_encoded = writer.on_encoded
     keys = context.partition_keys
     results: list[StepResult] = []
     batch_seconds = 0.0  # both lanes' encodes ahead, side by side: wall time, counted once

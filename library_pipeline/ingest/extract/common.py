@@ -15,7 +15,7 @@ class ExtractionError(Exception):
 
 @dataclass
 class Page:
-    page_no: int            # 1-based (PDF page; EPUB TOC section in reading order; 1 for txt/md)
+    page_no: int            # 1-based (PDF page; EPUB TOC section or txt heading's section, in reading order; 1 for md)
     text: str
     ocr: bool = False       # text came from Tesseract
     label: str | None = None    # PDF page label, or EPUB href (file#fragment)

@@ -82,4 +82,99 @@ def extract_text(path: Path, fmt: str) -> Extracted:
         end = text.find("\n---", 3, 20_000)
         match = re.search(r"^title:\s*[\"']?(.+?)[\"']?\s*$", text[:end], re.MULTILINE) if end > 0 else None
         title = clean_title(match.group(1)) if match else None
-    return Extracted(fmt, title or title_from_filename(path), [Page(1, text)], [], None)
+    pages = [Page(n, part, heading=heading) for n, (heading, part) in enumerate(text_sections(text), start=1)] \
+        if fmt == "txt" else [Page(1, text)]
+    return Extracted(fmt, title or title_from_filename(path), pages, [], None)
+
+
+# -- the headings of a plain-text book ------------------------------------------------
+#
+# A plain-text book has no outline, but its own headings stand out: a short line alone
+# between blank lines that is a Roman or Arabic numeral ("IX", "12."), names a chapter,
+# part, book or act («Глава первая», «АКТ ТРЕТИЙ», "Chapter XII"), or is written in capitals
+# («ДЯДЮШКА ЛЕВ СТЕПАНОВИЧ», "VIXERUNT!"). Without them, a story inside a collection and
+# a chapter asked for by number ("Тарас Бульба глава IX") were unreachable by name: every
+# passage of a text file sat under no heading.
+
+HEADING_WORDS = (r"глава|часть|книга|том|действие|акт|явление|картина|сцена|песнь|"
+                 r"chapter|part|book|volume|act|scene|canto")
+_HEADING_WORD = re.compile(rf"^(?:{HEADING_WORDS})\b", re.IGNORECASE)
+_ROMAN = re.compile(r"^(?:--\s*|—\s*)?[IVXLC]+\.?$")
+_NUMERAL = re.compile(r"^(?:--\s*|—\s*)?(?:[IVXLC]+|\d{1,3})\.?$")
+_FOOTNOTE_MARK = re.compile(r"(?<=[^\W\d_]|[!?.»)])\d{1,2}$")
+MAX_HEADING_CHARS = 80
+
+
+def _heading_line(line: str, before: bool, after: bool, continues: bool = False) -> str | None:
+    """The line as a heading (a footnote mark glued to its end dropped), or None. `before`,
+    `after`: a blank line (or the text's edge) on that side. A line that is only a Roman
+    numeral is a heading anywhere (some texts have no blank lines at all); an Arabic one or
+    a chapter word needs a blank line before it; a line in capitals, blank lines around it
+    (a shouted line of dialogue runs on into its paragraph), or right under another heading
+    line (`continues`: «ГЛАВА I» / «СЕРЖАНТ ГВАРДИИ»)."""
+    text = " ".join(line.split())
+    if not text or len(text) > MAX_HEADING_CHARS:
+        return None
+    if _ROMAN.match(text) or (before and _NUMERAL.match(text)):
+        return text.lstrip("-— ").rstrip(".")
+    if not before:
+        return None
+    text = _FOOTNOTE_MARK.sub("", text)
+    if _HEADING_WORD.match(text):
+        return text
+    letters = [ch for ch in text if ch.isalpha()]
+    if (after or continues) and len(letters) >= 3 and not any(ch.islower() for ch in letters) \
+            and text[-1] not in ",;:-":
+        return text
+    return None
+
+
+def text_sections(text: str) -> list[tuple[str | None, str]]:
+    """(heading, text) sections of a plain-text book, in order; the heading lines stay in
+    their section's text. Consecutive heading lines (blank lines between) are one heading
+    ("IV. VIXERUNT!"); a bare numeral under a chapter word or a title («Часть вторая»,
+    «Глава четвертая», «ДЕТСТВО») is numbered within it ("Часть вторая › II")."""
+    lines = text.split("\n")
+    starts: list[tuple[int, str]] = []      # (first line of the section, its heading)
+    group: list[str] = []
+    group_start = 0
+    parent: str | None = None
+    last_heading_line = -2
+
+    def close() -> None:
+        nonlocal parent
+        heading = ". ".join(group) if len(group) > 1 else group[0]
+        if _HEADING_WORD.match(group[0]) or not any(_NUMERAL.match(g) for g in group):
+            parent = group[0]   # «Часть вторая», «Глава четвертая», «ДЕТСТВО» (a work of a trilogy)
+        elif parent and all(_NUMERAL.match(g) for g in group):
+            heading = f"{parent} › {heading}"
+        starts.append((group_start, heading))
+
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        before = i == 0 or not lines[i - 1].strip() or last_heading_line == i - 1
+        after = i + 1 >= len(lines) or not lines[i + 1].strip()
+        heading = _heading_line(line, before, after, continues=last_heading_line == i - 1)
+        if heading is None:
+            if group:
+                close()
+                group = []
+            continue
+        if group and all(not lines[j].strip() for j in range(last_heading_line + 1, i)):
+            group.append(heading)
+        else:
+            if group:
+                close()
+            group, group_start = [heading], i
+        last_heading_line = i
+    if group:
+        close()
+    if not starts:
+        return [(None, text)]
+    sections = []
+    if starts[0][0] > 0:
+        sections.append((None, "\n".join(lines[:starts[0][0]])))
+    for (start, heading), nxt in zip(starts, [s for s, _ in starts[1:]] + [len(lines)]):
+        sections.append((heading, "\n".join(lines[start:nxt])))
+    return [(h, t) for h, t in sections if t.strip()]
