@@ -196,7 +196,9 @@ def _text_lanes(call: Call) -> None:
     lexemes = call.lexemes = query_lexemes(conn, call.text, configs)
     if cfg.keyword and cfg.cross_script_names:
         keyword_configs = {s.name for s in stats}
-        call.cross_names = {c: v for c, v in other_script_names(conn, call.text).items() if c in keyword_configs}
+        named = names.name_keys if names is not None else frozenset()
+        call.cross_names = {c: v for c, v in other_script_names(conn, call.text, skip=named).items()
+                            if c in keyword_configs}
         for config, extra in call.cross_names.items():
             lexemes[config] = list(dict.fromkeys([*lexemes.get(config, []), *sorted(extra)]))
     call.timings["lexemes"] = _ms(t)
@@ -290,7 +292,10 @@ def _calibrated(call: Call) -> None:
         readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}
     shares: dict[int, float] = {}
     if scored_by_bm25:
-        ceiling = bm25_ceiling(call.resp.keyword_trace, call.lexeme_sets, cfg.bm25_k1)
+        # a configuration the query reached only through its names in the other script
+        # (an English question of a Russian library) holds no other word of it: the names
+        # are all the evidence its passages can show
+        ceiling = bm25_ceiling(call.resp.keyword_trace, {**call.lexeme_sets, **call.cross_names}, cfg.bm25_k1)
         # a document-filtered search's keyword lane scores passages alone (no context share)
         context = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight
         shares = keyword_evidence(evidence, ceiling, context, call.kw.doc_scores)

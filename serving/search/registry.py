@@ -120,7 +120,8 @@ def _title(call: Call, conn: psycopg.Connection) -> Ran:
     cfg = call.cfg
     hits = title_lane(conn, call.names, with_translit(call.lexeme_sets, call.text), call.predicate, call.filters,
                       [h for h in (call.vec, call.mvh, call.kw) if h], depth=cfg.title_depth,
-                      min_terms=cfg.title_min_terms, min_query_share=cfg.title_query_share, text=call.text)
+                      min_terms=cfg.title_min_terms, min_query_share=cfg.title_query_share, text=call.text,
+                      bridge=call.multi if call.mvh else None, bridge_vector=call.mvec)
     return hits, lane_weight("title", cfg)
 
 

@@ -22,18 +22,24 @@ be two overlapping terms.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import psycopg
 
+from serving.search.language import word_scripts
 from serving.search.translit import skeletons
 
 log = logging.getLogger(__name__)
 
 _SEPARATORS = re.compile(r"[\W_]+", re.UNICODE)
+# names in another script than the query's encoded on a search's first need at most
+MAX_NAME_VECTORS = 5000
 # a name of at most this many lexemes (author and a one- or two-word title) matches a
 # one-word query on its own
 SHORT_NAME = 3
@@ -74,6 +80,8 @@ class DocName:
     error: str | None
     lexemes: dict[str, frozenset[str]]   # configuration -> lexemes of stem + title
     flat: str                            # normalise_name(path + title), for substring matching
+    # the scripts of the file name's words ("Gorky - Мать": latin and cyrillic)
+    scripts: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict:
         return {"path": self.path, "title": self.title, "source": self.source, "format": self.format,
@@ -106,6 +114,33 @@ class NameIndex:
     section_postings: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
     # document id -> positions in `sections`, in reading order
     doc_sections: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # (model name, position in `docs`) -> the name's vector, encoded when first asked for
+    name_vectors: dict[tuple[str, int], np.ndarray] = field(default_factory=dict, compare=False)
+
+    def across_scripts(self, model, qvec: np.ndarray, query_script: str,
+                       limit: int = MAX_NAME_VECTORS) -> list[tuple[int, float]]:
+        """(position in `docs`, cosine) of the names with words in another script than the
+        query's, nearest first, under the multilingual `model` ("The Fiery Angel Bryusov"
+        and «Bryusov - Огненный ангел»); [] past `limit` such names (encoding them would
+        stall the search)."""
+        positions = [pos for pos, doc in enumerate(self.docs) if doc.scripts - {query_script}]
+        if not positions or len(positions) > limit:
+            return []
+        todo = [pos for pos in positions if (model.name, pos) not in self.name_vectors]
+        if todo:
+            vectors = model.encode_passages([path_stem(self.docs[pos].path) for pos in todo])
+            self.name_vectors.update(((model.name, pos), np.asarray(v, dtype=np.float32)) for pos, v in zip(todo, vectors))
+        matrix = np.stack([self.name_vectors[(model.name, pos)] for pos in positions])
+        sims = matrix @ (qvec / (np.linalg.norm(qvec) or 1.0))
+        order = np.argsort(-sims)
+        return [(positions[i], float(sims[i])) for i in order]
+
+    @functools.cached_property
+    def name_keys(self) -> frozenset[str]:
+        """The cross-script keys of the words of two document names or more: the authors
+        of a library (a title's words are one name's)."""
+        counts = Counter(k for doc in self.docs for k in doc.lexemes.get(TRANSLIT, ()))
+        return frozenset(k for k, n in counts.items() if n >= 2)
 
     def sections_of(self, doc_id: int) -> list[Section]:
         return [self.sections[i] for i in self.doc_sections.get(doc_id, ())]
@@ -288,7 +323,7 @@ def _load(conn: psycopg.Connection, key: tuple) -> NameIndex:
     docs = tuple(
         DocName(id=r[0], source=r[1], path=r[2], title=r[3], format=r[4], language=r[5], pages=r[6],
                 status=r[7], error=r[8], lexemes=lexemes[i],
-                flat=normalise_name(f"{r[2]} {r[3] or ''}"))
+                flat=normalise_name(f"{r[2]} {r[3] or ''}"), scripts=frozenset(word_scripts(path_stem(r[2]))))
         for i, r in enumerate(rows))
     sections, section_postings, doc_sections = _load_sections(conn, docs, [r[9] for r in rows])
     return NameIndex(key, docs, tuple(sorted({c for c in configs})), _postings([d.lexemes for d in docs]),
