@@ -17,12 +17,13 @@ import re
 from dataclasses import dataclass
 
 # what a number counts, by the word before it
+# (the Russian words also as typed in Latin letters: "glava IX")
 _KINDS = {
-    "chapter": r"глав\w*|chapter|chap\.?|ch\.",
-    "part": r"част\w*|part",
-    "book": r"книг\w*|book|том\w*|volume|vol\.?",
-    "act": r"акт\w*|действи\w*|act",
-    "scene": r"явлени\w*|картин\w*|сцен\w*|scene",
+    "chapter": r"глав\w*|chapter|chap\.?|ch\.|glav\w*",
+    "part": r"част\w*|part|chast\w*",
+    "book": r"книг\w*|book|том\w*|volume|vol\.?|knig\w*",
+    "act": r"акт\w*|действи\w*|act|akt\w*|deistvi\w*|deystvi\w*",
+    "scene": r"явлени\w*|картин\w*|сцен\w*|scene|yavleni\w*",
     "song": r"песн\w*|canto",
 }
 _KIND_WORD = re.compile(r"^(?:%s)$" % "|".join(f"(?P<{k}>{v})" for k, v in _KINDS.items()), re.IGNORECASE)
