@@ -36,6 +36,11 @@ CREATE TABLE IF NOT EXISTS documents (
     UNIQUE (source, path),
     UNIQUE (source, partition_key)
 );
+-- the author as the file's metadata gives it (EPUB dc:creator, PDF Author), else as its
+-- name does ("Author - Title.ext"); shown in results, a search filter. NULL for files
+-- extracted before the column existed until they are extracted again: readers fall back
+-- on the file name (library_pipeline.ingest.extract.titles.author_from_filename)
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS author text;
 
 -- Extracted text per page (PDF) or spine item (EPUB) or file (txt), so
 -- chunking can be re-tuned without extracting and OCR-ing again.

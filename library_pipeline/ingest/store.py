@@ -211,13 +211,13 @@ def extract_step(db: Database, library_dir: Path, key: str, *, ocr_languages: st
         # lock the row: a concurrent run of the same partition waits instead of interleaving
         conn.execute("SELECT 1 FROM documents WHERE id = %s FOR UPDATE", (doc["id"],))
         conn.execute(
-            """UPDATE documents SET title = %s, format = %s, language = %s,
+            """UPDATE documents SET title = %s, author = %s, format = %s, language = %s,
                       ts_config = ts_config_for_language(%s), pages = %s, ocr_pages = %s,
                       outline = %s, content_hash = %s, size_bytes = %s, mtime = %s, error = NULL,
                       status = CASE WHEN indexed_hash IS NOT NULL THEN 'ingested' ELSE 'pending' END,
                       updated_at = now()
                WHERE id = %s""",
-            (extracted.title, extracted.format, extracted.language, extracted.language,
+            (extracted.title, extracted.author, extracted.format, extracted.language, extracted.language,
              len(extracted.pages), extracted.ocr_pages, Jsonb(extracted.outline), digest,
              st.st_size, st.st_mtime, doc["id"]))
         conn.execute("DELETE FROM pages WHERE document_id = %s", (doc["id"],))

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from serving.search.titles import NAMES, author_matches
 from serving.search.types import SearchError, SearchFilters, Viewer
 
 
@@ -23,17 +24,32 @@ class Predicate:
 
 
 def resolve_paths(conn: psycopg.Connection, filters: SearchFilters) -> SearchFilters:
-    """Turn `paths` into document ids (union with any ids given). An unknown path is
-    an error: an agent filtering on a typo must not get "no results" back."""
-    if not filters.paths:
-        return filters
-    rows = conn.execute("SELECT id, path FROM documents WHERE path = ANY(%s)", (list(filters.paths),)).fetchall()
-    found = {path for _, path in rows}
-    missing = [p for p in filters.paths if p not in found]
-    if missing:
-        raise SearchError(f"no document with path {missing[0]!r}; library_files(pattern) lists the exact paths")
-    ids = tuple(sorted({*(filters.document_ids or ()), *(row[0] for row in rows)}))
-    return replace(filters, paths=None, document_ids=ids)
+    """Turn `paths` into document ids (union with any ids given), then `authors` into the
+    documents of those authors (within those ids, when any). An unknown path, or an author
+    no document has, is an error: an agent filtering on a typo must not get "no results"
+    back."""
+    if filters.paths:
+        rows = conn.execute("SELECT id, path FROM documents WHERE path = ANY(%s)", (list(filters.paths),)).fetchall()
+        found = {path for _, path in rows}
+        missing = [p for p in filters.paths if p not in found]
+        if missing:
+            raise SearchError(f"no document with path {missing[0]!r}; library_files(pattern) lists the exact paths")
+        ids = tuple(sorted({*(filters.document_ids or ()), *(row[0] for row in rows)}))
+        filters = replace(filters, paths=None, document_ids=ids)
+    if filters.authors:
+        docs = NAMES.get(conn).docs
+        by_author: set[int] = set()
+        for wanted in filters.authors:
+            mine = {d.id for d in docs if author_matches(wanted, d.author)}
+            if not mine:
+                raise SearchError(f"no document by an author named {wanted!r}; library_files(pattern) shows "
+                                  "each file's author")
+            by_author |= mine
+        if filters.document_ids:
+            by_author &= set(filters.document_ids)
+        # an author none of whose documents is among the given ones: nothing may match (-1 is no id)
+        filters = replace(filters, authors=None, document_ids=tuple(sorted(by_author)) or (-1,))
+    return filters
 
 
 def passage_predicate(filters: SearchFilters, alias: str = "p") -> Predicate:

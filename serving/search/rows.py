@@ -7,11 +7,13 @@ from psycopg import sql
 
 from serving.search.fusion import Fused
 from serving.search.language import script
+from serving.search.titles import author_from_filename
 from serving.search.types import SearchResult
 
 _HYDRATE = sql.SQL(
     "SELECT p.id, p.document_id, d.path, d.title, p.source, p.kind, p.summary_level, p.page_start, p.page_end, "
-    "p.heading, p.content FROM passages p LEFT JOIN documents d ON d.id = p.document_id WHERE p.id = ANY(%s)")
+    "p.heading, p.content, d.author FROM passages p LEFT JOIN documents d ON d.id = p.document_id "
+    "WHERE p.id = ANY(%s)")
 
 # positions in a hydrated row that the reranker reads
 TITLE, HEADING, CONTENT = 3, 9, 10
@@ -36,8 +38,10 @@ def hydrate(conn: psycopg.Connection, ids: list[int]) -> dict[int, tuple]:
 
 
 def to_result(row: tuple, score: float, lanes: dict[str, int], fused: Fused | None = None) -> SearchResult:
-    pid, doc_id, path, title, source, kind, level, p1, p2, heading, content = row
-    return SearchResult(passage_id=pid, document_id=doc_id, path=path, title=title, source=source,
+    pid, doc_id, path, title, source, kind, level, p1, p2, heading, content, author = row
+    if author is None and source == "library" and path:
+        author = author_from_filename(path)
+    return SearchResult(passage_id=pid, document_id=doc_id, path=path, title=title, source=source, author=author,
                         location=location(p1, p2, heading, level), kind=kind, score=score, lanes=lanes,
                         text=content, summary_level=level, page_start=p1, page_end=p2, heading=heading,
                         fused_score=fused.score if fused else 0.0, lane_scores=dict(fused.parts) if fused else {})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import threading
 from collections import Counter
@@ -62,6 +63,32 @@ def with_translit(query: dict[str, set[str]], text: str) -> dict[str, set[str]]:
     return {**query, TRANSLIT: skeletons(text)}
 
 
+def author_from_filename(path: str | os.PathLike) -> str | None:
+    """The author of a file named `Author - Title.ext` (the way libraries of books are
+    commonly named), or None: the part before the first " - ", when it is one to four
+    words with letters and a title follows. Extraction stores it when the file's metadata
+    names no author; readers fall back on it for rows extracted before authors were kept."""
+    stem = path_stem(os.fspath(path))
+    if " - " not in stem:
+        return None
+    author, title = (part.strip() for part in stem.split(" - ", 1))
+    if not title or not 1 <= len(author.split()) <= 4 or not any(ch.isalpha() for ch in author):
+        return None
+    return author
+
+
+def author_matches(wanted: str, author: str | None) -> bool:
+    """`wanted` names `author`: every word of it is a word of the author's name in either
+    script or spelling («Чехов», "Chekhov", "A. P. Chekhov"), or it is part of the name."""
+    if not author or not wanted.strip():
+        return False
+    keys = skeletons(wanted, min_length=2)
+    if keys and keys <= skeletons(author, min_length=2):
+        return True
+    flat = normalise_name(wanted)
+    return bool(flat) and flat in normalise_name(author)
+
+
 def path_stem(path: str) -> str:
     base = path.rsplit("/", 1)[-1]
     return base.rsplit(".", 1)[0] if "." in base[1:] else base
@@ -82,9 +109,11 @@ class DocName:
     flat: str                            # normalise_name(path + title), for substring matching
     # the scripts of the file name's words ("Gorky - Мать": latin and cyrillic)
     scripts: frozenset[str] = frozenset()
+    author: str | None = None
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "title": self.title, "source": self.source, "format": self.format,
+        return {"path": self.path, "title": self.title, "author": self.author, "source": self.source,
+                "format": self.format,
                 "language": self.language, "pages": self.pages, "status": self.status,
                 **({"error": self.error} if self.error else {})}
 
@@ -306,24 +335,26 @@ def _load_sections(conn: psycopg.Connection, docs: tuple[DocName, ...], doc_conf
 
 def _load(conn: psycopg.Connection, key: tuple) -> NameIndex:
     rows = conn.execute("SELECT id, source, path, title, format, language, pages, status, error, "
-                        "ts_config::text FROM documents ORDER BY id").fetchall()
+                        "ts_config::text, author FROM documents ORDER BY id").fetchall()
     texts: list[str] = []
     configs: list[str] = []
     owners: list[int] = []
     for i, row in enumerate(rows):
-        name_text = " ".join(x for x in (normalise_name(path_stem(row[2])), row[3] or "") if x)
+        # the author the metadata gave is part of the name ("Conan Doyle" finds "Doyle - ...epub")
+        name_text = " ".join(x for x in (normalise_name(path_stem(row[2])), row[3] or "", row[10] or "") if x)
         for config in {row[9], "english"} - {"simple"}:
             texts.append(name_text)
             configs.append(config)
             owners.append(i)
     lexemes: list[dict[str, frozenset[str]]] = [
-        {TRANSLIT: frozenset(skeletons(f"{path_stem(r[2])} {r[3] or ''}"))} for r in rows]
+        {TRANSLIT: frozenset(skeletons(f"{path_stem(r[2])} {r[3] or ''} {r[10] or ''}"))} for r in rows]
     for owner, config, lex in zip(owners, configs, _stem(conn, texts, configs)):
         lexemes[owner][config] = lex
     docs = tuple(
         DocName(id=r[0], source=r[1], path=r[2], title=r[3], format=r[4], language=r[5], pages=r[6],
                 status=r[7], error=r[8], lexemes=lexemes[i],
-                flat=normalise_name(f"{r[2]} {r[3] or ''}"), scripts=frozenset(word_scripts(path_stem(r[2]))))
+                flat=normalise_name(f"{r[2]} {r[3] or ''} {r[10] or ''}"), scripts=frozenset(word_scripts(path_stem(r[2]))),
+                author=r[10] or (author_from_filename(r[2]) if r[1] == "library" else None))
         for i, r in enumerate(rows))
     sections, section_postings, doc_sections = _load_sections(conn, docs, [r[9] for r in rows])
     return NameIndex(key, docs, tuple(sorted({c for c in configs})), _postings([d.lexemes for d in docs]),

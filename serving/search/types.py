@@ -52,6 +52,8 @@ class SearchFilters:
     sources: tuple[str, ...] | None = None        # 'library' | 'vault' | 'memory'
     document_ids: tuple[int, ...] | None = None
     paths: tuple[str, ...] | None = None          # exact document paths (as library_files returns them)
+    # documents by author, in either script or spelling («Чехов» = "Chekhov")
+    authors: tuple[str, ...] | None = None
     scopes: tuple[str, ...] | None = None         # 'self' | 'department' | 'global'
     kinds: tuple[str, ...] | None = None          # 'text' | 'toc' | 'note' | 'memory' | 'boilerplate' (only if named)
     include_removed: bool = False
@@ -69,6 +71,7 @@ class SearchFilters:
         "source": "sources", "sources": "sources",
         "document_id": "document_ids", "document_ids": "document_ids",
         "document": "paths", "documents": "paths", "path": "paths", "paths": "paths",
+        "author": "authors", "authors": "authors",
         "scope": "scopes", "scopes": "scopes",
         "kind": "kinds", "kinds": "kinds",
         "include_removed": "include_removed",
@@ -299,6 +302,7 @@ class SearchResult:
     heading: str | None = None
     fused_score: float = 0.0
     lane_scores: dict[str, float] = field(default_factory=dict)  # lane -> its share of the fused score
+    author: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The shape the MCP tool and `library search --json` return."""
@@ -307,6 +311,7 @@ class SearchResult:
             "source": self.source,
             "path": self.path,
             "title": self.title,
+            "author": self.author,
             "location": self.location,
             "kind": self.kind,
             "score": round(self.score, 6),

@@ -29,6 +29,7 @@ class Extracted:
     pages: list[Page]
     outline: list[dict] = field(default_factory=list)  # [{"level", "title", "page"}]
     language: str | None = None
+    author: str | None = None   # metadata (EPUB dc:creator, PDF Author), else the file name's "Author - "
 
     @property
     def ocr_pages(self) -> int:

@@ -19,7 +19,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from library_pipeline.ingest.extract.common import Extracted, ExtractionError, Page, short_reason
-from library_pipeline.ingest.extract.titles import clean_title, set_headings, title_from_filename
+from library_pipeline.ingest.extract.titles import (author_from_filename, clean_author, clean_title, set_headings,
+                                                    title_from_filename)
 
 log = logging.getLogger("library_pipeline.ingest.extract")
 
@@ -160,4 +161,6 @@ def extract_epub(path: Path) -> Extracted:
     outline = [{"level": lvl, "title": t, "page": entry_page[k]}
                for k, (lvl, t, _) in enumerate(entries) if k in entry_page and t]
     set_headings(pages, outline)
-    return Extracted("epub", title or title_from_filename(path), pages, outline, None)
+    creators = book.get_metadata("DC", "creator")
+    author = clean_author(creators[0][0] if creators else None) or author_from_filename(path)
+    return Extracted("epub", title or title_from_filename(path), pages, outline, None, author)

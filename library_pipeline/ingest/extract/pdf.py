@@ -10,7 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from library_pipeline.ingest.extract.common import Extracted, ExtractionError, Page, short_reason
-from library_pipeline.ingest.extract.titles import clean_title, set_headings, title_from_filename
+from library_pipeline.ingest.extract.titles import (author_from_filename, clean_author, clean_title, set_headings,
+                                                    title_from_filename)
 
 log = logging.getLogger("library_pipeline.ingest.extract")
 
@@ -42,6 +43,7 @@ def extract_pdf(path: Path, *, ocr_languages: str, ocr: bool) -> Extracted:
         if doc.page_count == 0:
             raise ExtractionError("corrupt PDF: no pages could be read")
         title = clean_title((doc.metadata or {}).get("title"))
+        author = clean_author((doc.metadata or {}).get("author"))
         try:
             outline = [{"level": int(lvl), "title": " ".join(str(t).split()), "page": int(pg)}
                        for lvl, t, pg, *_ in doc.get_toc(simple=True)
@@ -64,7 +66,8 @@ def extract_pdf(path: Path, *, ocr_languages: str, ocr: bool) -> Extracted:
         except Exception as exc:
             raise ExtractionError(f"corrupt PDF: page {len(pages) + 1} could not be read ({short_reason(exc)})") from None
     set_headings(pages, outline)
-    return Extracted("pdf", title or title_from_filename(path), pages, outline, None)
+    return Extracted("pdf", title or title_from_filename(path), pages, outline, None,
+                     author or author_from_filename(path))
 
 
 def _label(page) -> str | None:

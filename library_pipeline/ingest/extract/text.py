@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from library_pipeline.ingest.extract.common import Extracted, ExtractionError, Page
-from library_pipeline.ingest.extract.titles import clean_title, title_from_filename
+from library_pipeline.ingest.extract.titles import author_from_filename, clean_title, title_from_filename
 
 log = logging.getLogger("library_pipeline.ingest.extract")
 
@@ -84,7 +84,7 @@ def extract_text(path: Path, fmt: str) -> Extracted:
         title = clean_title(match.group(1)) if match else None
     pages = [Page(n, part, heading=heading) for n, (heading, part) in enumerate(text_sections(text), start=1)] \
         if fmt == "txt" else [Page(1, text)]
-    return Extracted(fmt, title or title_from_filename(path), pages, [], None)
+    return Extracted(fmt, title or title_from_filename(path), pages, [], None, author_from_filename(path))
 
 
 # -- the headings of a plain-text book ------------------------------------------------

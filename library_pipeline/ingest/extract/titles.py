@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from library_pipeline.ingest.extract.common import Page
+from serving.search.titles import author_from_filename  # noqa: F401  (one rule for readers and extractors)
 
 
 _JUNK_TITLE = re.compile(r"^(untitled|microsoft word\b|title\b|document\d*$|\S+\.(docx?|pdf|tex|dvi|indd|rtf|odt)$)",
@@ -26,6 +27,13 @@ def title_from_filename(path: Path) -> str:
     if " " not in stem:
         stem = re.sub(r"[_.]+|(?<=[A-Za-z])-|-(?=[A-Za-z])", " ", stem)
     return " ".join(stem.replace("_", " ").split()) or path.name
+
+
+def clean_author(author: str | None) -> str | None:
+    author = " ".join((author or "").split())
+    if not author or not any(ch.isalpha() for ch in author) or _JUNK_TITLE.match(author) or len(author) > 120:
+        return None
+    return author
 
 
 def _short_title(title: str) -> bool:
