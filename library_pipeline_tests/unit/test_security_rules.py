@@ -43,6 +43,8 @@ SQL_ALLOWLIST = {
     ("library_pipeline/migrate/embedder.py", "f-string"): "_eligible_sql() returns a constant clause; target is bound",
     ("library_pipeline/vault/store.py", "concat"): "appends the constant ' FOR UPDATE'",
     ("serving/memory/store.py", "format"): "_MERGE_SQL is a psycopg.sql.SQL composed with sql.Identifier",
+    ("library_pipeline/enrich/raptor.py", "format"): "LEAVES_SQL is a psycopg.sql.SQL composed with sql.Identifier "
+                                                      "of one of two constant column pairs",
     ("serving/passage_writer.py", "f-string"): "function name, column list and level clause are constants of "
                                                "the module; `stale`'s clause is a literal at both callers; "
                                                "every value is bound",
