@@ -287,14 +287,22 @@ def _calibrated(call: Call) -> None:
         readers = readers_of(pool, evidence.scripts, query_script,
                              primary_reads=call.primary_reads and call.qvec is not None,
                              primary_monolingual=call.languages is not None,
-                             word_scripts=word_scripts(call.text) | ({"cyrillic"} if call.cross_names else set()))
+                             word_scripts=word_scripts(call.text))
+        if call.cross_names:
+            # BM25 reads a passage in the other script when it holds one of the query's names
+            # as the library spells them there; the others stay unread (no name, no evidence
+            # either way): counted as read, every Russian passage without the name lost to
+            # the English ones («Grinyov» asked of the example library put Holmes first)
+            for pid, lanes in readers.items():
+                if pid in evidence.bm25 and evidence.scripts.get(pid) == "cyrillic":
+                    lanes.add("keyword")
     else:
         readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}
     shares: dict[int, float] = {}
     if scored_by_bm25:
         # a configuration the query reached only through its names in the other script
         # (an English question of a Russian library) holds no other word of it: the names
-        # are all the evidence its passages can show
+        # found there are all the evidence its passages can show
         ceiling = bm25_ceiling(call.resp.keyword_trace, {**call.lexeme_sets, **call.cross_names}, cfg.bm25_k1)
         # a document-filtered search's keyword lane scores passages alone (no context share)
         context = 0.0 if call.filters.document_ids else cfg.keyword_doc_weight

@@ -30,20 +30,21 @@ log = logging.getLogger(__name__)
 
 # the text-search configurations whose lexemes are Cyrillic (schema.sql ts_config_for_language)
 CYRILLIC_CONFIGS = ("russian",)
-# a key shorter than this matches only a whole word's key, unless the word is short: the
-# stemmer leaves three letters of a short name («фом» of Фома, «кат» of Катя), and a long
-# word's three-letter prefix is any stem at all
+# a key shorter than this matches only a whole word's key, or a short word's key less its
+# last letter: the stemmer leaves three letters of a short name («фом» of Фома), and a
+# longer cut of a short name is another name ("Julia" is not «Юлай», whose stem is «юл»)
 MIN_PREFIX = 4
-SHORT_WORD = 5
 # a Latin word's key may lose at most this many letters to the stemmer's cut ending
 MAX_CUT = 3
 # at most this many lexemes a word (several stems can share a key)
 PER_WORD = 3
 
 
-# A lexeme stands for a name when the library writes it capitalised inside sentences:
-# «Рената», «Фома» (df 703 and 2,208 in ruslit_dev: a main character is no rarer than a
-# common word), not «старый» ("Star City" shares the key «стар», df 1,020).
+# A lexeme stands for a query's name when the library writes it capitalised inside
+# sentences - «Рената», «Фома» (df 703 and 2,208 in ruslit_dev: a main character is no
+# rarer than a common word), not «старый» ("Star City" shares the key «стар», df 1,020) -
+# and one of those capitalised words has the query word's own key: the stemmer gives
+# Юлия and Юлай one stem «юл», and "Julia" asked of Pushkin's novel found Юлай.
 SAMPLE_PASSAGES = 20
 MIN_CAPITALISED = 0.6
 
@@ -52,24 +53,28 @@ MIN_CAPITALISED = 0.6
 class Lexicon:
     key: tuple
     by_skeleton: dict[str, tuple[tuple[str, str, int], ...]]   # key -> ((config, lexeme, df), ...) df desc
-    proper: dict[tuple[str, str], bool]                         # (config, lexeme) -> written as a name
+    # (config, lexeme) -> the keys of the capitalised words it stands for, () when the
+    # library does not write it as a name
+    forms: dict[tuple[str, str], frozenset[str]]
 
-    def is_name(self, conn: psycopg.Connection, config: str, lexeme: str) -> bool:
-        """Whether the library writes `lexeme` capitalised inside sentences (cached)."""
-        known = self.proper.get((config, lexeme))
+    def name_forms(self, conn: psycopg.Connection, config: str, lexeme: str) -> frozenset[str]:
+        """The keys of the words `lexeme` stands for where the library writes it as a name
+        (sampled, cached); empty when it is not written as one."""
+        known = self.forms.get((config, lexeme))
         if known is None:
-            known = self.proper[(config, lexeme)] = _capitalised(conn, config, lexeme)
+            known = self.forms[(config, lexeme)] = _capitalised_forms(conn, config, lexeme)
         return known
 
 
 _SENTENCE_END = frozenset(".!?…\n\"«»—–-:")
 
 
-def _capitalised(conn: psycopg.Connection, config: str, lexeme: str) -> bool:
+def _capitalised_forms(conn: psycopg.Connection, config: str, lexeme: str) -> frozenset[str]:
     rows = conn.execute(
         "SELECT p.content FROM postings s JOIN passages p ON p.id = s.passage_id "
         "WHERE s.ts_config = %s::regconfig AND s.lexeme = %s ORDER BY s.impact DESC LIMIT %s",
         (config, lexeme, SAMPLE_PASSAGES)).fetchall()
+    forms: set[str] = set()
     upper = lower = 0
     for (content,) in rows:
         for match in re.finditer(rf"(?i)(?<![^\W\d_]){re.escape(lexeme)}[^\W\d_]*", content):
@@ -77,17 +82,23 @@ def _capitalised(conn: psycopg.Connection, config: str, lexeme: str) -> bool:
             if not before or before[-1] in _SENTENCE_END:
                 continue   # a sentence's first word says nothing
             if match.group()[0].isupper():
+                forms.add(skeleton(match.group()))
                 upper += 1
             else:
                 lower += 1
-    return upper > 0 and upper >= MIN_CAPITALISED * (upper + lower)
+    return frozenset(forms) if upper and upper >= MIN_CAPITALISED * (upper + lower) else frozenset()
 
 
 def name_words(text: str) -> list[str]:
     """The query's words that read as proper names in Latin letters: capitalised, not an
-    English function word, three letters or more."""
-    return [w for w in words(text) if w[:1].isupper() and w.isascii() and len(w) >= 3
-            and w.casefold() not in FUNCTION_WORDS]
+    English function word, three letters or more; an English possessive cut off
+    ("Krupov's" -> "Krupov")."""
+    out = []
+    for word in words(text):
+        word = re.sub(r"['’]s$", "", word)
+        if word[:1].isupper() and word.isascii() and len(word) >= 3 and word.casefold() not in FUNCTION_WORDS:
+            out.append(word)
+    return out
 
 
 class LexiconCache:
@@ -112,6 +123,8 @@ class LexiconCache:
                 "GROUP BY 1, 2", (list(CYRILLIC_CONFIGS),)).fetchall()
             by: dict[str, list[tuple[str, str, int]]] = {}
             for config, lexeme, df in rows:
+                if lexeme.isascii():
+                    continue   # a Latin word inside Russian text is matched by the query's own words
                 k = skeleton(lexeme)
                 if len(k) >= 3:
                     by.setdefault(k, []).append((config, lexeme, df))
@@ -122,6 +135,12 @@ class LexiconCache:
 
 
 LEXICON = LexiconCache()
+
+
+def _last_letter(key: str) -> int:
+    """How many characters of a key the last Cyrillic letter of its word spelled: я and ю are
+    two ("Katya" / «Катя»), other letters one."""
+    return 2 if key[-2:] in ("ia", "iu") else 1
 
 
 def other_script_names(conn: psycopg.Connection, text: str, *, skip: frozenset[str] | set[str] = frozenset()
@@ -140,10 +159,10 @@ def other_script_names(conn: psycopg.Connection, text: str, *, skip: frozenset[s
     for word in names:
         key = skeleton(word)
         for length in range(len(key), max(len(key) - MAX_CUT, 0), -1):
-            if length < MIN_PREFIX and length != len(key) and (len(key) > SHORT_WORD or length < 3):
+            if length < MIN_PREFIX and length < len(key) - _last_letter(key):
                 break
             found = [(c, lex) for c, lex, _df in lexicon.by_skeleton.get(key[:length], ())
-                     if lexicon.is_name(conn, c, lex)]
+                     if key in lexicon.name_forms(conn, c, lex)]
             if found:
                 for config, lexeme in found[:PER_WORD]:
                     out.setdefault(config, set()).add(lexeme)
