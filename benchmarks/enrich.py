@@ -148,6 +148,12 @@ def home_main(args) -> None:
                                    db_dsn=None)
     db = Database(settings)
     embedder = load_embedder(settings.embed_backend, settings.embed_model, dims=settings.embed_dims)
+    with db.transaction() as conn:
+        # from nothing, as after a first ingest: the trees and the graph of an earlier run go
+        conn.execute("SELECT kg_forget_documents(array_agg(id)) FROM documents")
+        conn.execute("DELETE FROM entities")
+        conn.execute("DELETE FROM passages WHERE summary_level > 0")
+        conn.execute("DELETE FROM raptor_builds")
     started = time.perf_counter()
     figures = enrich_all(db, embedder)
     figures["wall_seconds"] = round(time.perf_counter() - started, 1)

@@ -291,7 +291,7 @@ def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
     with db.transaction() as conn:
         a, b = (conn.execute("INSERT INTO documents (path, partition_key, status) VALUES (%s, %s, 'ingested') "
                              "RETURNING id", (p, p)).fetchone()[0] for p in ("a.txt", "b.txt"))
-        for doc, names in ((a, ("Holmes", "Watson")), (b, ("Holmes", "Lestrade"))):
+        for doc, names in ((a, ("Sherlock Holmes", "John Watson")), (b, ("Sherlock Holmes", "Inspector Lestrade"))):
             g = PassageGraph()
             g.mentions.update({(n, "PERSON"): 1 for n in names})
             g.edges.append(Edge(names[0], "PERSON", "co-occurs with", names[1], "PERSON", "ev", "cooccurrence"))
@@ -299,9 +299,34 @@ def test_purged_file_leaves_no_orphans_after_the_next_pass(db):
         conn.execute("DELETE FROM documents WHERE id = %s", (a,))  # what `library purge` does
     assert collect_orphans(db) == 1  # Watson: only the purged file mentioned him
     with db.connect() as conn:
-        assert {r[0] for r in conn.execute("SELECT name FROM entities")} == {"Holmes", "Lestrade"}
-        out = graph.entity(conn, "Holmes")
-    assert out["source_count"] == 1 and [r["entity"]["name"] for r in out["relations"]] == ["Lestrade"]
+        assert {r[0] for r in conn.execute("SELECT name FROM entities")} == {"Sherlock Holmes", "Inspector Lestrade"}
+        out = graph.entity(conn, "Sherlock Holmes")
+    assert out["source_count"] == 1 and [r["entity"]["name"] for r in out["relations"]] == ["Inspector Lestrade"]
+
+
+def test_a_common_name_is_one_person_per_work_and_a_full_name_one_person_everywhere(db):
+    """«Иван Иваныч» of one story and of another are two people until the evidence says
+    otherwise; «Пётр Андреевич Гринёв» named in two works is one. A lookup of the common
+    name answers with one candidate per work, each naming its work."""
+    from library_pipeline.enrich.kg_store import write_graph
+    from library_pipeline.enrich.passage_graph import PassageGraph
+
+    with db.transaction() as conn:
+        a, b = (conn.execute("INSERT INTO documents (path, partition_key, status) VALUES (%s, %s, 'ingested') "
+                             "RETURNING id", (p, p)).fetchone()[0] for p in ("Чехов - Крыжовник.txt",
+                                                                             "Чехов - Человек в футляре.txt"))
+        for doc in (a, b):
+            g = PassageGraph()
+            g.mentions.update({("Иван Иваныч", "PER"): 3, ("Пётр Андреевич Гринёв", "PER"): 1})
+            write_graph(conn, doc, [g])
+    with db.connect() as conn:
+        people = conn.execute("SELECT name, count(*) FROM entities GROUP BY 1 ORDER BY 1").fetchall()
+        common = graph.resolve(conn, "Иван Иваныч")
+        full = graph.resolve(conn, "Пётр Андреевич Гринёв")
+    assert people == [("Иван Иваныч", 2), ("Пётр Андреевич Гринёв", 1)]
+    assert common["status"] == "ambiguous"
+    assert {c["work"] for c in common["candidates"]} == {"Чехов - Крыжовник.txt", "Чехов - Человек в футляре.txt"}
+    assert full["status"] == "found" and full["entity"]["source_count"] == 2 and "work" not in full["entity"]
 
 
 BAKER_STREET = [   # the Holmes stories' sentences naming Holmes and Baker Street

@@ -56,9 +56,13 @@ def _limit(value: int, name: str = "limit") -> int:
     return value
 
 
+# A person named commonly («Иван Иваныч») is an entity of one work: its normalised name
+# ends in " @<document id>" (library_pipeline/enrich/kg_file_resolution.py), and a lookup
+# of the name answers with one candidate per work, each naming its work.
 _ENTITY_SQL = """
 SELECT e.id, e.name, e.type, e.type_raw,
-       coalesce(sum(s.mentions), 0)::int AS mentions, count(s.document_id)::int AS source_count
+       coalesce(sum(s.mentions), 0)::int AS mentions, count(s.document_id)::int AS source_count,
+       (SELECT d.path FROM documents d WHERE d.id = substring(e.name_norm FROM ' @([0-9]+)$')::bigint) AS work
 FROM entities e
 LEFT JOIN entity_sources s ON s.entity_id = e.id
      AND s.document_id IN (SELECT id FROM kg_live_documents)
@@ -70,13 +74,19 @@ GROUP BY e.id
 def _entities(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
     rows = conn.execute(_ENTITY_SQL, (ids,)).fetchall()
     return {r[0]: {"id": r[0], "name": r[1], "type": r[2], "type_raw": r[3], "mentions": r[4],
-                   "source_count": r[5]} for r in rows}
+                   "source_count": r[5], **({"work": r[6]} if r[6] else {})} for r in rows}
 
 
 _LENGTH_SQL = "SELECT id, name_norm FROM kg_live_entities WHERE length(name_norm) BETWEEN %s AND %s"
 _EXACT_SQL = ("SELECT id, 'exact' FROM kg_live_entities WHERE name_norm = %s UNION ALL "
               "SELECT a.entity_id, 'alias' FROM entity_aliases a JOIN kg_live_entities e ON e.id = a.entity_id "
               "WHERE a.alias_norm = %s LIMIT 1")
+
+
+# normalised names hold no LIKE wildcards (letters, digits, spaces, + and # only)
+_WITHIN_WORKS_SQL = ("SELECT id, 'exact' FROM kg_live_entities WHERE name_norm LIKE %(q)s || ' @%%' UNION "
+                     "SELECT a.entity_id, 'alias' FROM entity_aliases a JOIN kg_live_entities e ON e.id = a.entity_id "
+                     "WHERE a.alias_norm LIKE %(q)s || ' @%%'")
 
 
 def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
@@ -95,6 +105,14 @@ def resolve(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         row = conn.execute(_EXACT_SQL, (norm, norm)).fetchone()
     if row:
         return {"status": "found", "matched": row[1], "entity": _entities(conn, [row[0]])[row[0]], "candidates": []}
+    # the name held within works (_ENTITY_SQL): one work's person is found, several are candidates
+    within = conn.execute(_WITHIN_WORKS_SQL, {"q": norm}).fetchall()
+    if within:
+        found = _entities(conn, sorted({r[0] for r in within}))
+        candidates = sorted(found.values(), key=lambda e: (-e["mentions"], e["name"], e.get("work") or ""))
+        if len(candidates) == 1:
+            return {"status": "found", "matched": within[0][1], "entity": candidates[0], "candidates": []}
+        return {"status": "ambiguous", "matched": "name within works", "entity": None, "candidates": candidates[:10]}
     # a short name a file shares between several full names ("Stoner": Helen and Julia)
     shared = [r[0] for r in conn.execute(
         "SELECT DISTINCT c.entity_id FROM entity_alias_candidates c JOIN kg_live_documents l ON l.id = c.document_id "

@@ -88,6 +88,33 @@ def first_name_gender(word: str) -> str | None:
     return _census().get(word)
 
 
+@lru_cache(maxsize=1)
+def _census_names() -> frozenset[str]:
+    import names
+
+    folder = Path(names.__file__).parent
+    return frozenset(line.split()[0].lower() for file in ("dist.male.first", "dist.female.first")
+                     for line in (folder / file).read_text(encoding="ascii").splitlines() if line.split())
+
+
+_PATRONYMIC = re.compile(r"(?:ович|евич|овна|евна|ична|инична|ич|ыч)$")
+
+
+def is_first_name(word: str) -> bool:
+    """A first name of either gender (pymorphy3's Name tag; the US census lists for Latin)."""
+    word = word.lower()
+    if re.search(r"[а-яё]", word):
+        return any("Name" in p.tag and p.score >= 0.1 for p in _morph().parse(word))
+    return word in _census_names()
+
+
+def is_patronymic(word: str) -> bool:
+    word = word.lower()
+    if not re.search(r"[а-яё]", word):
+        return False
+    return bool(_PATRONYMIC.search(word)) or any("Patr" in p.tag and p.score >= 0.1 for p in _morph().parse(word))
+
+
 def name_gender(name_norm: str) -> str | None:
     """Gender of a normalised person name: its form of address, else the first name of
     a name of two words or more; None when neither tells."""

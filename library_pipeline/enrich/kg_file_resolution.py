@@ -46,6 +46,25 @@ DIMINUTIVES = {
 }
 
 
+# A person's name common enough to name different people in different works («Иван
+# Иваныч», a bare «Фома», "Holmes") is one entity within its work only: its normalised
+# name carries the work (" @<document id>"; the separator is one kg_normalise_name never
+# leaves, so a looked-up name cannot collide with it). A name with a surname beside a
+# first name or initial («Пётр Андреевич Гринёв», "Sherlock Holmes") is one person
+# wherever it is written.
+SCOPE_MARK = " @"
+
+
+def scoped_name(name_norm: str, document_id: int) -> str:
+    return f"{name_norm}{SCOPE_MARK}{document_id}"
+
+
+def name_scope(name_norm: str) -> tuple[str, int | None]:
+    """(the name without its work, the work's document id or None)."""
+    base, mark, doc = name_norm.rpartition(SCOPE_MARK)
+    return (base, int(doc)) if mark and doc.isdigit() else (name_norm, None)
+
+
 def _word_key(word: str) -> str:
     """Colloquial and full Russian patronymics compare equal: «андреич» ~
     «андреевич», «иваныч» ~ «иванович», «кузмич» ~ «кузьмич»; a diminutive is its
@@ -251,17 +270,29 @@ def resolve_within_file(conn, document_id: int) -> tuple[int, int]:
     rows = conn.execute(
         "SELECT e.id, e.name, e.name_norm, s.mentions FROM entity_sources s JOIN entities e ON e.id = s.entity_id "
         "WHERE s.document_id = %s AND e.type = 'person'", (document_id,)).fetchall()
-    by_norm = {r[2]: (r[0], r[1], r[3]) for r in rows}
+    # names held within this work carry its mark (name_scope); they are merged by the name
+    by_norm = {name_scope(r[2])[0]: (r[0], r[1], r[3]) for r in rows}
     merges, ambiguous = plan_file_merges({n: v[2] for n, v in by_norm.items()})
     conn.execute("DELETE FROM entity_alias_candidates WHERE document_id = %s", (document_id,))
     for short, full in merges.items():
         _move_contributions(conn, document_id, by_norm[short][0], by_norm[full][0], by_norm[short][1])
+    def final(name: str) -> str:
+        # a candidate that was itself merged into a longer name stands for that name now (its
+        # entity is gone): at a hundred books «Иван Иваныч» was both a candidate of «Иван» and
+        # merged into a longer name, and the candidate row pointed at a deleted entity
+        seen = set()
+        while name in merges and name not in seen:
+            seen.add(name)
+            name = merges[name]
+        return name
+
     for short, fulls in ambiguous.items():
         _move_contributions(conn, document_id, by_norm[short][0], None, by_norm[short][1])
+        targets = sorted({by_norm[final(f)][0] for f in fulls if final(f) not in ambiguous})
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO entity_alias_candidates (alias_norm, entity_id, document_id) "
                             "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                            [(short, by_norm[f][0], document_id) for f in fulls])
+                            [(short, target, document_id) for target in targets])
     return len(merges), len(ambiguous)
 
 

@@ -34,8 +34,8 @@ from rapidfuzz.distance import Levenshtein
 from library_pipeline.documents import StepResult, ingested_document
 from library_pipeline.enrich.extract import extract_graphs
 from library_pipeline.enrich.gender import compatible as gender_compatible
-from library_pipeline.enrich.gender import name_gender
-from library_pipeline.enrich.kg_file_resolution import resolve_within_file
+from library_pipeline.enrich.gender import GENDERED_FORMS, is_first_name, is_patronymic, name_gender
+from library_pipeline.enrich.kg_file_resolution import name_scope, resolve_within_file, scoped_name
 from library_pipeline.enrich.passage_graph import PassageGraph, cooccurrence_kept, is_person
 from serving.db import Database
 from serving.generation import GenerationError, TextGenerator
@@ -87,6 +87,13 @@ def write_graph(conn, document_id: int, graphs: list[PassageGraph]) -> tuple[int
                     votes[norm[name]][entity_type(raw)] += 0
                     raw_label.setdefault((norm[name], entity_type(raw)), raw)
 
+    scoped = {k: scoped_name(k, document_id) for k, counter in votes.items()
+              if _top_type(dict(counter)) == "person" and not distinctive_person(k)}
+    if scoped:
+        votes = defaultdict(Counter, {scoped.get(k, k): v for k, v in votes.items()})
+        display = {scoped.get(k, k): v for k, v in display.items()}
+        raw_label = {(scoped.get(k, k), t): v for (k, t), v in raw_label.items()}
+        norm = {n: scoped.get(k, k) for n, k in norm.items()}
     ids = _resolve(conn, votes, display, raw_label)
 
     # votes, mentions and type in one pass over the touched entities
@@ -148,6 +155,16 @@ def write_graph(conn, document_id: int, graphs: list[PassageGraph]) -> tuple[int
     return len(added), len(rel)
 
 
+def distinctive_person(name_norm: str) -> bool:
+    """Two words or more, one of them a surname: neither a first name, a patronymic nor a
+    form of address."""
+    words = name_norm.split()
+    if len(words) < 2:
+        return False
+    return any(len(w) >= 3 and w not in GENDERED_FORMS and not is_patronymic(w) and not is_first_name(w)
+               for w in words)
+
+
 def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
              raw_label: dict[tuple[str, str], str]) -> dict[str, int]:
     keys = list(votes)
@@ -168,12 +185,13 @@ def _resolve(conn, votes: dict[str, Counter], display: dict[str, str],
                 choices[entity_id] = (name_norm, etype)
         for key in sorted(missing, key=lambda k: (-sum(votes[k].values()), k)):
             mine = _top_type(dict(votes[key]))
-            limit = max_edits(key)
+            limit = max_edits(name_scope(key)[0])
             match = None
-            if limit and choices:
-                for _, dist, entity_id in process.extract(key, {i: c[0] for i, c in choices.items()},
-                                                           scorer=Levenshtein.distance, score_cutoff=limit,
-                                                           limit=5):
+            # a name held within one work is compared with that work's names only
+            same_scope = {i: c[0] for i, c in choices.items() if name_scope(c[0])[1] == name_scope(key)[1]}
+            if limit and same_scope:
+                for _, dist, entity_id in process.extract(key, same_scope, scorer=Levenshtein.distance,
+                                                           score_cutoff=limit, limit=5):
                     # "mr turner" and "mrs turner" are one edit apart and two people
                     if _compatible(mine, choices[entity_id][1]) and gender_compatible(
                             name_gender(key), name_gender(choices[entity_id][0])):
