@@ -61,3 +61,15 @@ def test_headings_fit_the_number_and_what_it_counts():
     assert heading_fits(numerals("Алтарь победы книга третья"), "Книга третья")
     assert not heading_fits(numerals("Мать глава XV"), "XIV")
     assert roman_value("XLIV") == 44 and roman_value("IIII") is None and roman_value("") is None
+
+
+def test_the_author_of_a_file_named_author_dash_title():
+    from serving.search.titles import author_from_filename, author_matches
+
+    assert author_from_filename("Chekhov - Каштанка.txt") == "Chekhov"
+    assert author_from_filename("books/Пушкин - Капитанская дочка.txt") == "Пушкин"
+    assert author_from_filename("Bryusov - Теперь, - когда я проснулся....txt") == "Bryusov"
+    assert author_from_filename("moby-dick.epub") is None
+    assert author_from_filename("A very long description of five words - x.txt") is None
+    assert author_matches("Чехов", "Chekhov") and author_matches("A. P. Chekhov", "Chekhov")
+    assert author_matches("Conan Doyle", "Arthur Conan Doyle") and not author_matches("Tolstoy", "Chekhov")
