@@ -139,6 +139,11 @@ def test_no_cyrillic_passage_is_encoded_by_the_english_only_model(make_db, embed
             "SELECT count(*), count(embedding), count(embedding_multi) FROM passages p JOIN documents d "
             "ON d.id = p.document_id WHERE d.path = %s AND p.summary_level > 0", (PUSHKIN,)).fetchone()
     assert summaries[0] > 0 and summaries[1] == 0 and summaries[2] == summaries[0], summaries
+    # an English question still gets the Russian book's summaries: the multilingual model's
+    with db.connect() as conn:
+        resp = search(conn, embedder, "Who travelled through the snowstorm?", top_k=3,
+                      config=SearchConfig(log_queries=False))
+    assert resp.summaries and {r.path for r in resp.summaries} == {PUSHKIN}, resp.stages.get("summaries")
 
 
 def test_a_russian_book_is_chunked_by_the_model_that_reads_it(library, embedder):

@@ -340,6 +340,20 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
         embedder = call.embedder
         call.summaries = vector_lane(conn, embedder.name, embedder.dims, call.qvec, call.predicate,
                                      depth=cfg.summaries_k, summaries=True, exact=exact)
+        if len(call.summaries) < cfg.summaries_k and call.mvec is not None and call.multi is not None:
+            # the primary model has no vector of a summary it cannot read (a Russian book's
+            # under an English-only model): an English question of a Russian library found
+            # none. The multilingual model's nearest fill the rest, after the primary's.
+            more = vector_lane(conn, call.multi.name, call.multi.dims, call.mvec, call.predicate,
+                               depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual")
+            for pid, score, doc in zip(more.ids, more.scores, more.doc_ids):
+                if pid not in call.summaries.ids and len(call.summaries) < cfg.summaries_k:
+                    call.summaries.ids.append(pid)
+                    call.summaries.scores.append(score)
+                    call.summaries.doc_ids.append(doc)
+            call.summaries.ms += more.ms
+            if more.ids:
+                call.summaries.status = f"ok: {len(call.summaries)} nearest (both models)"
         stages["summaries"], timings["summaries"] = call.summaries.status, call.summaries.ms
         pending = conn.execute(
             "SELECT count(*) FILTER (WHERE b.document_id IS NULL OR b.version <> d.version), count(*) "
