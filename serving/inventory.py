@@ -29,7 +29,7 @@ import psycopg
 
 from serving.search.keyword import query_lexemes
 from serving.search.query import normalise_query
-from serving.search.titles import NAMES, TRANSLIT, normalise_name
+from serving.search.titles import NAMES, TRANSLIT_ALL, normalise_name
 from serving.search.translit import skeletons
 from serving.search.types import SearchError
 
@@ -65,7 +65,7 @@ def library_files(conn: psycopg.Connection, pattern: str, limit: int = 50) -> di
             matches.append((0, 0, "all", doc))
         elif raw in doc.path.casefold() or raw in (doc.title or "").casefold() or (flat and flat in doc.flat):
             matches.append((0, 0, "substring", doc))
-        elif keys and keys <= doc.lexemes.get(TRANSLIT, frozenset()):
+        elif keys and keys <= doc.lexemes.get(TRANSLIT_ALL, frozenset()):
             matches.append((0, 1, "transliterated", doc))
         elif doc.id in shared and shared[doc.id][0] >= MIN_TERMS:
             n, terms = shared[doc.id]

@@ -137,6 +137,18 @@ class LexiconCache:
 LEXICON = LexiconCache()
 
 
+# A name the library already holds in the query's own script is searched as it is: in a
+# library half English, half Russian, an English question's "Warsaw" took the Russian
+# articles' «Варшава» along (XQuAD mixed, English questions: nDCG@10 0.9242 against 0.9310)
+_HELD_SQL = """
+SELECT w.w, EXISTS (
+    SELECT 1 FROM (SELECT DISTINCT ts_config FROM lexeme_df_totals WHERE ts_config::text <> ALL(%(cyrillic)s)) c
+    JOIN LATERAL (SELECT 1 FROM postings p WHERE p.ts_config = c.ts_config
+                  AND p.lexeme = ANY(tsvector_to_array(to_tsvector(c.ts_config, w.w))) LIMIT 1) x ON true)
+FROM unnest(%(words)s::text[]) AS w(w)
+"""
+
+
 def _last_letter(key: str) -> int:
     """How many characters of a key the last Cyrillic letter of its word spelled: я and ю are
     two ("Katya" / «Катя»), other letters one."""
@@ -150,6 +162,9 @@ def other_script_names(conn: psycopg.Connection, text: str, *, skip: frozenset[s
     not to look up (the authors of the library's files: an author is seldom named in their
     own text, so "Blok" matched other writers' mentions of him, not his work)."""
     names = [w for w in name_words(text) if skeleton(w) not in skip]
+    if names:
+        names = [w for w, held in conn.execute(_HELD_SQL, {"words": names, "cyrillic": list(CYRILLIC_CONFIGS)})
+                 if not held]
     if not names:
         return {}
     lexicon = LEXICON.get(conn)
