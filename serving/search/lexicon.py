@@ -162,14 +162,11 @@ def other_script_names(conn: psycopg.Connection, text: str, *, skip: frozenset[s
     not to look up (the authors of the library's files: an author is seldom named in their
     own text, so "Blok" matched other writers' mentions of him, not his work)."""
     names = [w for w in name_words(text) if skeleton(w) not in skip]
-    if names:
-        names = [w for w, held in conn.execute(_HELD_SQL, {"words": names, "cyrillic": list(CYRILLIC_CONFIGS)})
-                 if not held]
-    if not names:
-        return {}
-    lexicon = LEXICON.get(conn)
+    lexicon = LEXICON.get(conn) if names else None
     if lexicon is None:
         return {}
+    names = [w for w, held in conn.execute(_HELD_SQL, {"words": names, "cyrillic": list(CYRILLIC_CONFIGS)})
+             if not held]
     out: dict[str, set[str]] = {}
     for word in names:
         key = skeleton(word)
