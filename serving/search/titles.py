@@ -39,8 +39,10 @@ from serving.search.translit import skeletons
 log = logging.getLogger(__name__)
 
 _SEPARATORS = re.compile(r"[\W_]+", re.UNICODE)
-# names in another script than the query's encoded on a search's first need at most
-MAX_NAME_VECTORS = 5000
+# names in another script than the query's encoded on a search's first need at most: the
+# multilingual model encodes some 300-500 short names a second here, so the first such
+# search of a process waits up to a few seconds; past this many the bridge stands aside
+MAX_NAME_VECTORS = 2000
 # a name of at most this many lexemes (author and a one- or two-word title) matches a
 # one-word query on its own
 SHORT_NAME = 3
