@@ -13,7 +13,7 @@ kg_step) outside Dagster, so the figures are the work itself:
 `--home DIR`: a library already ingested there (`benchmarks/ingest.py --keep DIR`), every
 file's tree and graph built in turn; prints the totals and the graph's top entities:
 
-    .venv/bin/python benchmarks/enrich.py --home /var/tmp/ruslit --json ruslit-enrich.json
+    .venv/bin/python benchmarks/enrich.py --home HOME --json ruslit-enrich.json
 """
 
 from __future__ import annotations
