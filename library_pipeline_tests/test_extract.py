@@ -182,8 +182,11 @@ def test_epub_toc_entries_all_mapped(docs: Path, name: str, entries: int) -> Non
 def test_russian_text_detected_as_ru(docs: Path) -> None:
     result = extract_file(docs / "text_ru" / "pushkin_kapitanskaya-dochka.txt")
     assert result.format == "txt" and result.language == "ru"
-    assert len(result.pages) == 1 and result.pages[0].page_no == 1
-    assert "ГЛАВА I" in result.pages[0].text
+    # a section per chapter, under the chapter's own heading; the head before the first
+    assert [p.page_no for p in result.pages] == list(range(1, 16))
+    assert result.pages[0].heading is None and "КАПИТАНСКАЯ ДОЧКА" in result.pages[0].text
+    assert result.pages[1].heading == "ГЛАВА I. СЕРЖАНТ ГВАРДИИ" and result.pages[1].text.startswith("ГЛАВА I\n")
+    assert result.pages[-1].heading == "ГЛАВА XIV. СУД"
     assert result.title == "pushkin kapitanskaya dochka"
 
 
@@ -195,7 +198,7 @@ def test_text_encodings(docs: Path, tmp_path: Path) -> None:
     for name, (text, codec) in cases.items():
         (tmp_path / name).write_bytes(text.encode(codec))
         result = extract_file(tmp_path / name)
-        assert result.pages[0].text == text, name
+        assert "\n".join(p.text for p in result.pages) == text, name
         assert result.language == "ru"
     french = "Le café est très célèbre à Paris. Où est la bibliothèque ? Les élèves étudient.\r\n" * 3
     assert decode_text(french.encode("cp1252")) == french.replace("\r\n", "\n")
