@@ -65,11 +65,11 @@ def library_files(conn: psycopg.Connection, pattern: str, limit: int = 50) -> di
             matches.append((0, 0, "all", doc))
         elif raw in doc.path.casefold() or raw in (doc.title or "").casefold() or (flat and flat in doc.flat):
             matches.append((0, 0, "substring", doc))
-        elif keys and keys <= doc.lexemes.get(TRANSLIT_ALL, frozenset()):
-            matches.append((0, 1, "transliterated", doc))
         elif doc.id in shared and shared[doc.id][0] >= MIN_TERMS:
             n, terms = shared[doc.id]
             matches.append((1, -n, "terms: " + ", ".join(terms), doc))
+        elif keys and keys <= doc.lexemes.get(TRANSLIT_ALL, frozenset()):
+            matches.append((0, 1, "transliterated", doc))
     matches.sort(key=lambda m: (m[0], m[1], m[3].path))
     files = [{**doc.to_dict(), "match": how} for _, _, how, doc in matches[:limit]]
     return {
