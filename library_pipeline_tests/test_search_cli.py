@@ -35,7 +35,7 @@ def test_search_json_prints_what_the_mcp_tool_returns(run):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert len(rows) == 3 and rows[0]["path"] == "epub/pg2701-moby-dick.epub"
-    assert set(rows[0]) == {"id", "source", "path", "title", "location", "kind", "score", "lanes", "text"}
+    assert set(rows[0]) == {"id", "source", "path", "title", "author", "location", "kind", "score", "lanes", "text"}
     assert "title" in rows[0]["lanes"]
 
 
@@ -60,7 +60,10 @@ def test_search_filters_and_bad_input(run):
 def test_files_json_is_the_inventory_answer(run):
     absent = json.loads(run("files", "hitchhiker's guide to the galaxy", "--json").output)
     assert absent["matched"] == 0 and absent["total"] > 0
-    present = run("files", "capitanskaya dochka")  # misspelt: 'dochka' alone is one shared term
-    assert "not in the library" in " ".join(present.output.split())
+    one_word = run("files", "dochka of the regiment")  # 'dochka' alone is one shared term
+    assert "not in the library" in " ".join(one_word.output.split())
     found = run("files", "kapitanskaya dochka")
     assert "pushkin_kapitanskaya-dochka.txt" in found.output and found.exit_code == 0
+    # another spelling of the same title (c for k) is the same name by its cross-script key
+    spelt = json.loads(run("files", "capitanskaya dochka", "--json").output)
+    assert [f["match"] for f in spelt["files"]] == ["transliterated"]
