@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 # the text-search configurations whose lexemes are Cyrillic (schema.sql ts_config_for_language)
 CYRILLIC_CONFIGS = ("russian",)
 # a key shorter than this matches only a whole word's key, or a short word's key less its
-# last letter: the stemmer leaves three letters of a short name («фом» of Фома), and a
-# longer cut of a short name is another name ("Julia" is not «Юлай», whose stem is «юл»)
+# last Cyrillic letter (я and ю are two characters of a key): the stemmer leaves three
+# letters of a short name («фом» of Фома, «кат» of Катя), and a longer cut of a short name
+# is any stem at all
 MIN_PREFIX = 4
 # a Latin word's key may lose at most this many letters to the stemmer's cut ending
 MAX_CUT = 3
