@@ -21,15 +21,11 @@ import time
 from pathlib import Path
 
 from library_pipeline.eval.library_questions import AS_AN_AGENT, load_questions
+from library_pipeline.eval.locomo import percentile
 from serving.db import Database
 from serving.embedding import load_embedder, multilingual_embedder
 from serving.search import SearchConfig, search
 from serving.settings import Settings
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def main() -> None:
@@ -62,7 +58,7 @@ def main() -> None:
                     stages.setdefault(stage, []).append(ms)
     db.stop()
     figures = {"passages": passages, "searches": len(wall), "p50_ms": round(statistics.median(wall), 1),
-               "p95_ms": round(percentile(wall, 0.95), 1), "max_ms": round(max(wall), 1),
+               "p95_ms": percentile(wall, 0.95), "max_ms": round(max(wall), 1),
                "stage_p50_ms": {k: round(statistics.median(v), 1) for k, v in stages.items()},
                "cpu_count": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     print(json.dumps(figures, indent=2))

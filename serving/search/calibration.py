@@ -467,19 +467,24 @@ def script_prior(trace: list[dict], query_script: str) -> float:
 
 
 def readers_of(pids: list[int], scripts: dict[int, str], query_script: str, *, primary_reads: bool,
-               primary_monolingual: bool, word_scripts: set[str] | None = None) -> dict[int, set[str]]:
+               primary_monolingual: bool, word_scripts: set[str] | None = None,
+               named: set[int] | frozenset[int] = frozenset()) -> dict[int, set[str]]:
     """passage -> the graded lanes that can read it beside the query (the trust rules of
     serving/search/fusion.py, as evidence rather than weights): the multilingual model
     every passage; the primary model, when it reads the query, passages in the query's
     script (any, when it is multilingual itself); BM25 passages in the script of any of the
-    query's words (`word_scripts`; default the query's script)."""
+    query's words (`word_scripts`; default the query's script), and the passages in `named`:
+    those in another script holding one of the query's names as the library spells them
+    there (serving/search/lexicon.py). The others stay unread, no evidence either way:
+    counted as read, every Russian passage without the name lost to the English ones
+    («Grinyov» asked of the example library put Holmes first)."""
     comparable = query_script in ("latin", "cyrillic")
     words = (word_scripts or set()) | {query_script}
     out: dict[int, set[str]] = {}
     for pid in pids:
         own = scripts.get(pid, query_script)
         lanes = {"multilingual"}
-        if not comparable or own in words or own == "none":
+        if not comparable or own in words or own == "none" or pid in named:
             lanes.add("keyword")
         if primary_reads and (not comparable or not primary_monolingual or own in (query_script, "none")):
             lanes.add("vector")

@@ -287,15 +287,8 @@ def _calibrated(call: Call) -> None:
         readers = readers_of(pool, evidence.scripts, query_script,
                              primary_reads=call.primary_reads and call.qvec is not None,
                              primary_monolingual=call.languages is not None,
-                             word_scripts=word_scripts(call.text))
-        if call.cross_names:
-            # BM25 reads a passage in the other script when it holds one of the query's names
-            # as the library spells them there; the others stay unread (no name, no evidence
-            # either way): counted as read, every Russian passage without the name lost to
-            # the English ones («Grinyov» asked of the example library put Holmes first)
-            for pid, lanes in readers.items():
-                if pid in evidence.bm25 and evidence.scripts.get(pid) == "cyrillic":
-                    lanes.add("keyword")
+                             word_scripts=word_scripts(call.text),
+                             named=set(evidence.bm25) if call.cross_names else frozenset())
     else:
         readers = {pid: {"vector", "keyword", "multilingual"} for pid in pool}
     shares: dict[int, float] = {}
