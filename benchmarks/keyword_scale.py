@@ -56,7 +56,7 @@ def postings_ddl() -> list[str]:
 def bulk_postings_off(conn) -> None:
     """Before a bulk COPY: no insert trigger, no postings indexes (bulk_postings_on restores)."""
     conn.execute("ALTER TABLE passages DISABLE TRIGGER passages_postings_insert")
-    conn.execute("DROP INDEX IF EXISTS postings_impact_idx")
+    conn.execute("DROP INDEX IF EXISTS postings_segment_idx")
     conn.execute("DROP INDEX IF EXISTS postings_passage_idx")
 
 

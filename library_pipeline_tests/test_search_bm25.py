@@ -9,6 +9,7 @@ import pytest
 
 from serving.lexemes import refresh_lexeme_df
 from serving.search import SearchConfig, search
+from serving.search.types import SearchFilters, Viewer
 
 KEYWORD = SearchConfig.only("keyword", summaries=False, log_queries=False)
 
@@ -29,13 +30,22 @@ def add_passage(conn, doc: int | None, text: str, *, config: str = "english", or
     ).fetchone()[0]
 
 
+# the segment a passage's postings belong to, spelt out here (schema.sql postings_segment
+# is what is under test): source x 8 + scope x 2 + hidden from a default search
+SEGMENT = ("(CASE p.source WHEN 'library' THEN 0 WHEN 'vault' THEN 1 ELSE 2 END) * 8 "
+           "+ (CASE p.scope WHEN 'global' THEN 0 WHEN 'department' THEN 1 ELSE 2 END) * 2 "
+           "+ (p.removed OR p.superseded OR p.archived OR p.cold OR p.kind = 'boilerplate')::int")
+
+
 def postings_match_tsvectors(conn) -> bool:
-    """The postings hold exactly (config, lexeme, passage, tf, length) of every verbatim passage."""
+    """The postings hold exactly (config, lexeme, passage, tf, length, segment, document) of
+    every verbatim passage."""
     diff = conn.execute(
         "WITH want AS (SELECT p.ts_config, u.lexeme, p.id AS passage_id, "
-        "                     coalesce(array_length(u.positions, 1), 1) AS tf, length(p.tsv) AS dl "
+        "                     coalesce(array_length(u.positions, 1), 1) AS tf, length(p.tsv) AS dl, "
+        f"                     ({SEGMENT})::smallint AS segment, p.document_id "
         "              FROM passages p, unnest(p.tsv) u WHERE p.summary_level = 0), "
-        "     have AS (SELECT ts_config, lexeme, passage_id, tf, dl FROM postings) "
+        "     have AS (SELECT ts_config, lexeme, passage_id, tf, dl, segment, document_id FROM postings) "
         "SELECT (SELECT count(*) FROM (SELECT * FROM want EXCEPT ALL SELECT * FROM have) a) "
         "     + (SELECT count(*) FROM (SELECT * FROM have EXCEPT ALL SELECT * FROM want) b)").fetchone()[0]
     return diff == 0
@@ -158,7 +168,7 @@ def test_postings_follow_every_write(manual, embedder):
     assert postings_match_tsvectors(conn)
     assert ranked(conn, embedder, "compressor surges", top_k=3).results[0].passage_id == new
     assert ranked(conn, embedder, "impeller", top_k=3).results == []
-    # supersede: postings stay (flags are the search predicate's business), search skips it
+    # supersede: postings stay, moved to the hidden segment; search skips it
     conn.execute("UPDATE passages SET superseded = true WHERE id = %s", (new,))
     conn.commit()
     assert postings_match_tsvectors(conn)
@@ -198,3 +208,50 @@ def test_fresh_terms_count_before_the_refresh(manual, embedder):
     assert response.results[0].passage_id == new
     term = response.keyword_trace[0]["terms"][0]
     assert term["lexeme"] == "zyzzogeton" and term["df"] == 1 and term.get("estimated")
+
+
+def test_segments_follow_flags_and_serve_every_filter(manual, embedder):
+    """The postings walk reads only the segments a search's filters allow and takes a row
+    unchecked only where its segment proves the filters: the results equal those of a
+    predicate-checked walk for every filter, and rows move segments as their flags change."""
+    conn, doc, ids = manual
+    vault = add_passage(conn, None, "pump seal notes from the vault", source="vault")
+    mine = add_passage(conn, None, "pump seal replaced by the night shift", source="memory")
+    theirs = add_passage(conn, None, "pump seal leak noted by the day shift", source="memory")
+    dept = add_passage(conn, doc, "pump seal torque for the department", ordinal=20)
+    conn.execute("UPDATE passages SET scope = 'self', agent = 'ann' WHERE id = %s", (mine,))
+    conn.execute("UPDATE passages SET scope = 'self', agent = 'bob' WHERE id = %s", (theirs,))
+    conn.execute("UPDATE passages SET scope = 'department', department = 'ops' WHERE id = %s", (dept,))
+    conn.execute("UPDATE passages SET removed = true WHERE id = %s", (ids[1],))
+    conn.commit()
+    assert postings_match_tsvectors(conn)
+    refresh_lexeme_df(conn)
+
+    def found(filters=None) -> set[int]:
+        return {r.passage_id for r in ranked(conn, embedder, "pump seal", top_k=50, filters=filters).results}
+
+    def allowed(where: str) -> set[int]:
+        # every passage holding either word that the filter lets through, straight from passages
+        return {r[0] for r in conn.execute(
+            "SELECT id FROM passages p WHERE summary_level = 0 AND tsv @@ to_tsquery('english', 'pump | seal') "
+            f"AND {where}")}
+
+    visible = "NOT removed AND NOT superseded AND NOT archived AND NOT cold AND kind <> 'boilerplate'"
+    assert found() == allowed(visible)
+    assert found({"source": "memory"}) == allowed(f"{visible} AND source = 'memory'") == {mine, theirs}
+    assert found({"scope": "department"}) == {dept}
+    assert found({"source": "vault"}) == {vault}
+    assert ids[1] in found({"include_removed": True}) and ids[1] not in found()
+    assert found({"kind": "memory"}) == {mine, theirs}
+    # a viewer: global rows as they are, self / department rows only its own
+    viewer = Viewer(agent="ann", department="ops")
+    assert found(SearchFilters(viewer=viewer)) == allowed(f"{visible} AND (scope = 'global' OR agent = 'ann' "
+                                                            "OR department = 'ops')")
+    assert theirs not in found(SearchFilters(viewer=viewer))
+    # promotion and retention move rows between segments; a search follows at once
+    conn.execute("UPDATE passages SET scope = 'global' WHERE id = %s", (theirs,))
+    conn.execute("UPDATE passages SET cold = true WHERE id = %s", (mine,))
+    conn.commit()
+    assert postings_match_tsvectors(conn)
+    assert found({"source": "memory"}) == {theirs}
+    assert found(SearchFilters(sources=("memory",), include_cold=True)) == {mine, theirs}

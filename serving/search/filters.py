@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from serving.search.titles import NAMES, author_matches
-from serving.search.types import SearchError, SearchFilters, Viewer
+from serving.search.types import SCOPES, SOURCES, SearchError, SearchFilters, Viewer
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,37 @@ def passage_predicate(filters: SearchFilters, alias: str = "p") -> Predicate:
         params.update(vis.params)
     clause = sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
     return Predicate(clause, params)
+
+
+@dataclass(frozen=True)
+class Segments:
+    """The parts of the postings (schema.sql postings_segment) a search may find rows in:
+    every combination of these sources, scopes and hidden flags. A row of a segment with
+    hidden false and a scope in `proven_scopes` passes the search's predicate as it is;
+    any other must be checked against it."""
+    sources: list[str]
+    scopes: list[str]
+    hidden: list[bool]
+    proven_scopes: list[str]
+
+
+def posting_segments(filters: SearchFilters) -> Segments:
+    """Which segments of the postings can hold rows `filters` allow (passage_predicate's
+    rules read the other way round)."""
+    sources = [s for s in SOURCES if not filters.sources or s in filters.sources]
+    scopes = [s for s in SCOPES if not filters.scopes or s in filters.scopes]
+    reads_hidden = (filters.include_removed or filters.include_superseded or filters.include_archived
+                    or filters.include_cold or bool(filters.kinds and "boilerplate" in filters.kinds))
+    # what a segment cannot tell: the passage's kind, document, author, memory or owner
+    rest = bool(filters.kinds or filters.document_ids or filters.agents or filters.memory_types
+                or filters.min_relevance is not None)
+    if rest:
+        proven: list[str] = []
+    elif filters.viewer is not None:
+        proven = [s for s in scopes if s == "global"]   # self / department rows: whose they are
+    else:
+        proven = scopes
+    return Segments(sources, scopes, [False, True] if reads_hidden else [False], proven)
 
 
 def visibility(viewer: Viewer, alias: str = "p") -> Predicate:

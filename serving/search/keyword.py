@@ -53,9 +53,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from serving.search.filters import Predicate
+from serving.search.filters import Predicate, posting_segments
 from serving.search.lanes import LaneHits
-from serving.search.types import SearchConfig
+from serving.search.types import SearchConfig, SearchFilters
 
 log = logging.getLogger(__name__)
 
@@ -225,17 +225,24 @@ def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: l
     return terms, totals
 
 
-# q: one row per query term; hits: each term's postings walk, in impact order, at most
-# `cap` rows that the search's predicate allows
+# q: one row per query term; seg: the segments of the postings the filters allow
+# (serving.search.filters.posting_segments); hits: each term's postings walk, segment by
+# segment in impact order, merged, at most `cap` rows that the search's predicate allows.
+# A row of a proven segment is taken as it is; any other is checked on its passage.
 _HITS = (
     "q AS (SELECT * FROM unnest(%(cfg)s::regconfig[], %(lex)s::text[], %(idf)s::float8[], %(cap)s::int[], "
     "                          %(avgdl)s::float8[], %(perdoc)s::float8[]) "
     "      WITH ORDINALITY AS q(c, lexeme, idf, cap, avgdl, perdoc, i)), "
-    "hits AS (SELECT q.i, q.idf, q.avgdl, q.perdoc, po.passage_id, po.document_id, po.tf, po.dl FROM q "
-    "  CROSS JOIN LATERAL ("
-    "    SELECT po.passage_id, p.document_id, po.tf, po.dl FROM postings po JOIN passages p ON p.id = po.passage_id "
-    "    WHERE po.ts_config = q.c AND po.lexeme = q.lexeme AND {pred} "
-    "    ORDER BY po.impact DESC LIMIT q.cap) po) ")
+    "seg AS (SELECT postings_segment(a, b, h) AS s, bool_and(NOT h AND b = ANY(%(seg_proven)s::text[])) AS proven "
+    "        FROM unnest(%(seg_sources)s::text[]) a, unnest(%(seg_scopes)s::text[]) b, "
+    "             unnest(%(seg_hidden)s::bool[]) h GROUP BY 1), "
+    "hits AS (SELECT q.i, q.idf, q.avgdl, q.perdoc, w.passage_id, w.document_id, w.tf, w.dl FROM q "
+    "  CROSS JOIN LATERAL (SELECT x.* FROM seg CROSS JOIN LATERAL ("
+    "      SELECT po.passage_id, po.document_id, po.tf, po.dl, po.impact FROM postings po "
+    "      WHERE po.ts_config = q.c AND po.lexeme = q.lexeme AND po.segment = seg.s "
+    "        AND (seg.proven OR EXISTS (SELECT 1 FROM passages p WHERE p.id = po.passage_id AND {pred})) "
+    "      ORDER BY po.impact DESC, po.passage_id LIMIT q.cap) x "
+    "    ORDER BY x.impact DESC, x.passage_id LIMIT q.cap) w) ")
 _PASSAGE_BM25 = "sum(idf * tf * %(k1p1)s / (tf + %(k1)s * (1 - %(b)s + %(b)s * dl / avgdl)))"
 
 _POSTINGS = sql.SQL(
@@ -309,7 +316,7 @@ FILTERED_POSTINGS = 200
 
 def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],
                  predicate: Predicate, cfg: SearchConfig, *, narrow: bool = False,
-                 filtered: bool = False) -> tuple[LaneHits, list[dict]]:
+                 filters: SearchFilters, filtered: bool = False) -> tuple[LaneHits, list[dict]]:
     started = time.perf_counter()
     depth = cfg.keyword_depth
     terms, totals = plan_terms(conn, lexemes, stats, cfg, depth)
@@ -331,8 +338,10 @@ def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats:
             params["tsq"] = " | ".join(sorted({tsquery_literal(t.lexeme) for t in terms}))
             query = _NARROW.format(pred=predicate.clause)
         else:
-            params["cap"] = [t.cap for t in terms]
-            params["perdoc"] = [totals[t.config][2] for t in terms]
+            segments = posting_segments(filters)
+            params.update(cap=[t.cap for t in terms], perdoc=[totals[t.config][2] for t in terms],
+                          seg_sources=segments.sources, seg_scopes=segments.scopes, seg_hidden=segments.hidden,
+                          seg_proven=segments.proven_scopes)
             if cfg.keyword_doc_weight > 0:
                 params.update(w=cfg.keyword_doc_weight, bd=cfg.keyword_doc_b, pool=max(3 * depth, 150))
                 query = _POSTINGS_DOC.format(pred=predicate.clause)

@@ -98,7 +98,7 @@ def _vector(call: Call, conn: psycopg.Connection) -> Ran:
 def _keyword(call: Call, conn: psycopg.Connection) -> Ran:
     """BM25 over the postings (keyword.py), with the query's lexemes per configuration."""
     hits, call.resp.keyword_trace = keyword_lane(conn, call.lexemes, call.keyword_stats, call.predicate, call.cfg,
-                                                 narrow=bool(call.filters.document_ids),
+                                                 filters=call.filters, narrow=bool(call.filters.document_ids),
                                                  filtered=not call.filters.is_empty)
     return hits, lane_weight("keyword", call.cfg)
 
