@@ -626,6 +626,12 @@ ALTER TABLE passages ADD COLUMN IF NOT EXISTS memory_id bigint REFERENCES memori
 CREATE INDEX IF NOT EXISTS passages_filter_idx ON passages (id)
     INCLUDE (document_id, source, kind, scope, agent, department, removed, superseded, archived, cold, memory_id);
 CREATE INDEX IF NOT EXISTS passages_memory_idx ON passages (memory_id) WHERE memory_id IS NOT NULL;
+-- A filtered vector search counts the rows its filter leaves at one level (passages or
+-- summaries), up to a bound, and scans them exactly when they are few
+-- (serving/search/vector.py scans_exactly): this index finds a source's or a scope's rows
+-- of a level and answers the rest of the filter from its own columns.
+CREATE INDEX IF NOT EXISTS passages_level_idx ON passages (summary_level, source, scope)
+    INCLUDE (kind, removed, superseded, archived, cold, agent, department, document_id);
 
 -- The one normalisation of memory content for exact dedup: Unicode NFKC,
 -- lower case, whitespace runs collapsed, trimmed. Serving (index time) and the

@@ -18,6 +18,7 @@ from library_pipeline_tests.search_fixtures import corpus, create_database  # no
 from serving.search import SearchConfig, search
 from serving.search.filters import passage_predicate
 from serving.search.types import SearchFilters
+from serving.search import vector
 from serving.search.vector import vector_sql
 
 ROWS = 5000
@@ -93,6 +94,26 @@ def test_filtered_vector_search_returns_full_k(db, embedder):
         scopes = {s for s, in conn.execute("SELECT DISTINCT scope FROM passages WHERE id = ANY(%s)", (ids,))}
         assert scopes == {"department"}
         assert [r.lanes["vector"] for r in response.results] == list(range(1, 21))
+
+
+def test_a_filter_leaving_few_rows_is_scanned_exactly(db, embedder, monkeypatch):
+    """100 department rows are few: every one is compared, so the top 20 are the exact top 20;
+    the summaries lane, whose filter leaves no summary, answers at once instead of walking
+    the summaries' graph for one that passes. Past EXACT_ROWS the graph serves the filter."""
+    department = SearchFilters(scopes=("department",))
+    config = SearchConfig.only("vector", vector_depth=20, ef_search=40, summaries_k=5)
+    with db.connect() as conn:
+        exact = search(conn, embedder, "whale hunting", top_k=20, filters=department, config=config)
+        assert "exact scan" in exact.stages["vector"] and len(exact.results) == 20
+        qvec = embedder.encode_queries(["whale hunting"])[0]
+        truth = [r[0] for r in conn.execute(
+            "SELECT id FROM passages WHERE scope = 'department' AND summary_level = 0 "
+            "ORDER BY embedding::halfvec(384) <=> %s::halfvec(384), id LIMIT 20", (HalfVector(qvec),))]
+        assert [r.passage_id for r in exact.results] == truth
+        assert exact.summaries == [] and "exact scan" in exact.stages["summaries"]
+        monkeypatch.setattr(vector, "EXACT_ROWS", 50)
+        walked = search(conn, embedder, "whale hunting", top_k=20, filters=department, config=config)
+        assert "HNSW" in walked.stages["vector"] and len(walked.results) == 20
 
 
 def test_summaries_lane_is_not_starved(db, embedder):

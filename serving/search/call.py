@@ -41,6 +41,7 @@ class Call:
     languages: Any = None
     primary_reads: bool = True
     vector_bypassed: bool = False
+    exact_passages: bool | None = None   # vector lanes scan the filtered rows exactly (None: not decided)
     # lanes: (hits, weight); the vector stage's and the text lanes' are kept apart while the
     # two may run at once, then joined in the registry's order (fusion's input order)
     lanes: list[tuple[LaneHits, float]] = field(default_factory=list)

@@ -56,7 +56,7 @@ from serving.search.registry import POSITION, run_phase
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
 from serving.search.titles import NAMES
 from serving.search.types import SearchConfig, SearchFilters, SearchResponse
-from serving.search.vector import is_uniform, set_scan_options, vector_lane
+from serving.search.vector import is_uniform, scans_exactly, set_scan_options, vector_lane
 from serving.threads import adopt_torch_threads, torch_threads
 
 log = logging.getLogger(__name__)
@@ -314,7 +314,7 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
     """Owns the summaries lane (RAPTOR rows, ranked apart from passages) and the note that
     summary trees are still being built."""
     cfg, stages, timings = call.cfg, call.stages, call.timings
-    exact = bool(call.filters.document_ids)
+    exact = cfg.summaries and scans_exactly(conn, call.filters, call.predicate, summaries=True)
     if cfg.summaries and call.qvec is None and call.mvec is None and not call.vector_bypassed:
         t = time.perf_counter()
         call.qvec = call.embedder.encode_queries([call.text])[0]

@@ -31,7 +31,7 @@ from serving.search.fusion import lane_weight
 from serving.search.keyword import keyword_lane
 from serving.search.lanes import LaneHits
 from serving.search.titles import with_translit
-from serving.search.vector import vector_lane
+from serving.search.vector import scans_exactly, vector_lane
 
 Ran = tuple[LaneHits, float] | None
 
@@ -44,9 +44,12 @@ class Lane:
     needs: tuple[str, ...] = ()                 # lanes of its phase whose hits it reads
 
 
-def _depth(call: Call) -> tuple[int, bool]:
-    """Vector lanes' depth, and whether they scan exactly (a document filter: few rows)."""
-    return max(call.cfg.vector_depth, call.k), bool(call.filters.document_ids)
+def _depth(call: Call, conn: psycopg.Connection) -> tuple[int, bool]:
+    """Vector lanes' depth, and whether they scan exactly (vector.py scans_exactly; decided
+    once for both lanes: they read the same rows)."""
+    if call.exact_passages is None:
+        call.exact_passages = scans_exactly(conn, call.filters, call.predicate, summaries=False)
+    return max(call.cfg.vector_depth, call.k), call.exact_passages
 
 
 def _bypassed(call: Call, name: str) -> bool:
@@ -68,7 +71,7 @@ def _multilingual(call: Call, conn: psycopg.Connection) -> Ran:
     t = time.perf_counter()
     call.mvec = multi.encode_queries([call.text])[0]
     call.timings["embed_multilingual"] = ms_since(t)
-    depth, exact = _depth(call)
+    depth, exact = _depth(call, conn)
     hits = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate, depth=depth, exact=exact,
                        column="multilingual", name="multilingual")
     return hits, lane_weight("multilingual", call.cfg)
@@ -89,7 +92,7 @@ def _vector(call: Call, conn: psycopg.Connection) -> Ran:
     t = time.perf_counter()
     call.qvec = call.embedder.encode_queries([call.text])[0]
     call.timings["embed"] = ms_since(t)
-    depth, exact = _depth(call)
+    depth, exact = _depth(call, conn)
     hits = vector_lane(conn, call.embedder.name, call.embedder.dims, call.qvec, call.predicate, depth=depth,
                        exact=exact)
     return hits, lane_weight("vector", cfg, foreign=foreign)
