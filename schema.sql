@@ -163,8 +163,10 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT p_prefix || CASE WHEN p_summaries THEN 'summary_' ELSE '' END || substr(md5(p_model), 1, 10);
 $$;
 
+DROP FUNCTION IF EXISTS ensure_hnsw_indexes(text, text, text, text, integer, boolean);
 CREATE OR REPLACE FUNCTION ensure_hnsw_indexes(p_column text, p_model_column text, p_prefix text,
-                                               p_model text, p_dims integer, p_verbatim boolean)
+                                               p_model text, p_dims integer, p_verbatim boolean,
+                                               p_m integer, p_ef_construction integer)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     summaries boolean;
@@ -187,8 +189,8 @@ BEGIN
         CONTINUE WHEN to_regclass(hnsw_index_name(p_prefix, p_model, summaries)) IS NOT NULL;
         EXECUTE format(
             'CREATE INDEX IF NOT EXISTS %I ON passages USING hnsw ((%I::halfvec(%s)) halfvec_cosine_ops) '
-            'WITH (m = 16, ef_construction = 64) WHERE %I = %L AND summary_level %s 0',
-            hnsw_index_name(p_prefix, p_model, summaries), p_column, p_dims,
+            'WITH (m = %s, ef_construction = %s) WHERE %I = %L AND summary_level %s 0',
+            hnsw_index_name(p_prefix, p_model, summaries), p_column, p_dims, p_m, p_ef_construction,
             p_model_column, p_model, CASE WHEN summaries THEN '>' ELSE '=' END);
     END LOOP;
 END;
@@ -196,7 +198,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION ensure_vector_indexes(p_model text, p_dims integer, p_verbatim boolean DEFAULT true)
 RETURNS void LANGUAGE sql AS $$
-    SELECT ensure_hnsw_indexes('embedding', 'embed_model', 'passages_hnsw_', p_model, p_dims, p_verbatim);
+    SELECT ensure_hnsw_indexes('embedding', 'embed_model', 'passages_hnsw_', p_model, p_dims, p_verbatim, 16, 64);
 $$;
 
 -- The second vector lane: every passage embedded a second time by a multilingual
@@ -220,7 +222,7 @@ CREATE OR REPLACE FUNCTION ensure_multilingual_indexes(p_model text, p_dims inte
                                                        p_verbatim boolean DEFAULT true)
 RETURNS void LANGUAGE sql AS $$
     SELECT ensure_hnsw_indexes('embedding_multi', 'embed_model_multi', 'passages_hnsw_multi_', p_model, p_dims,
-                               p_verbatim);
+                               p_verbatim, 16, 64);
 $$;
 
 -- Which embedding model search uses; a re-embed migration switches it in one step.
@@ -616,13 +618,13 @@ CREATE INDEX IF NOT EXISTS memory_access_log_memory_idx ON memory_access_log (me
 
 ALTER TABLE passages ADD COLUMN IF NOT EXISTS memory_id bigint REFERENCES memories(id) ON DELETE CASCADE;
 
--- Every posting the keyword lane (BM25 over `postings`, above) reads is checked
--- against the search's predicate on its passage. Through the primary key that is a
--- heap fetch of a wide row (text, tsvector, two vectors: ~4 KB) scattered over the
--- whole table; this narrow covering index answers the same check from ~70 bytes a
--- row (an index-only scan once the visibility map is set), so the lookups stay in
--- cache at 1M passages. It holds every column serving.search.filters.passage_predicate
--- reads, plus document_id, which the lane returns.
+-- A posting the keyword lane (BM25 over `postings`, above) reads outside the segments
+-- that prove the search's filters is checked against the search's predicate on its
+-- passage. Through the primary key that is a heap fetch of a wide row (text, tsvector,
+-- two vectors: ~4 KB) scattered over the whole table; this narrow covering index
+-- answers the same check from ~70 bytes a row (an index-only scan once the visibility
+-- map is set), so the lookups stay in cache at 1M passages. It holds every column
+-- serving.search.filters.passage_predicate reads, plus document_id.
 CREATE INDEX IF NOT EXISTS passages_filter_idx ON passages (id)
     INCLUDE (document_id, source, kind, scope, agent, department, removed, superseded, archived, cold, memory_id);
 CREATE INDEX IF NOT EXISTS passages_memory_idx ON passages (memory_id) WHERE memory_id IS NOT NULL;

@@ -31,12 +31,18 @@ ingested since the refresh) takes its df from the postings themselves, counted
 up to a bound; never refreshed at all, N is the planner's row estimate and
 avgdl the candidates' mean length.
 
-Filters: the search's own predicate is applied inside each term's postings walk
-(each row read is checked against its passage through the narrow covering index
-passages_filter_idx), so a filtered search still gets up to FILTERED_POSTINGS
-matching rows per term (full k whenever k passages match). With a document
-filter (`narrow`) the lane scores the filtered passages' tsvectors directly: a few documents hold few rows,
-while a common term's postings walk would have to skip the rest of the library.
+Filters: the postings are kept in segments (schema.sql postings_segment: the
+passage's source, scope, and whether a default search hides it), and each term's
+walk reads only the segments the search's filters allow, merged in impact order. A
+row whose segment proves the filters is taken as it is; any other (a viewer's
+self / department rows, a filter on kind, agent or memory fields, hidden rows asked
+for) is checked against the search's predicate on its passage through the narrow
+covering index passages_filter_idx. So a memory search or a search of one scope
+reads that part's postings only, and a filtered search still gets up to
+FILTERED_POSTINGS matching rows per term (full k whenever k passages match). With a
+document filter (`narrow`) the lane scores the filtered passages' tsvectors
+directly: a few documents hold few rows, while a common term's postings walk would
+have to skip the rest of the library.
 
 User text never reaches to_tsquery: lexemes come from to_tsvector and travel as
 bound parameters (the narrow path quotes each as a tsquery literal).
@@ -301,17 +307,14 @@ def _avgdl(conn: psycopg.Connection, totals: dict[str, tuple[int, float | None, 
     return out
 
 
-# A filtered search reads each term's postings until `cap` rows pass the filter, so a
-# filter passing 2% of rows reads ~50x the rows: on the 100k-passage benchmark
+# Filtered searches read at most this many matching rows per term (never fewer than the
+# lane's depth). Measured before the postings had segments, when a filter passing 2% of
+# rows read ~50 rows for each it kept: on the 100k-passage benchmark
 # (benchmarks/keyword_scale.py, box under load ~18) the lane's p50 was 201 ms unfiltered
-# and 959 ms filtered to 2% of rows at 1,000 rows per term; at 200, 583 ms (100/100
-# filtered searches still returned k = 10). Filtered searches read at most this many
-# matching rows per term (never fewer than the lane's depth).
+# and 959 ms filtered at 1,000 rows per term, 583 ms at 200 (100/100 filtered searches
+# still returned k = 10). A filter on scope or source now reads its own segments only; a
+# filter on kind, agent or memory fields still reads past the rows it rejects.
 FILTERED_POSTINGS = 200
-# Not bounded by rows read as well: capping a 2%-filter walk at 10,000 rows read in all
-# (split over the terms) took the lane's p50 from 356 to 61 ms on that benchmark, but
-# its top 10 then shared 0.65 of the passages exact BM25 over the filtered rows ranks
-# first (0.73 at 20,000 rows; 100 queries), against 0.90 for this walk.
 
 
 def keyword_lane(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],
