@@ -198,7 +198,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION ensure_vector_indexes(p_model text, p_dims integer, p_verbatim boolean DEFAULT true)
 RETURNS void LANGUAGE sql AS $$
-    SELECT ensure_hnsw_indexes('embedding', 'embed_model', 'passages_hnsw_', p_model, p_dims, p_verbatim, 16, 64);
+    SELECT ensure_hnsw_indexes('embedding', 'embed_model', 'passages_hnsw_', p_model, p_dims, p_verbatim, 24, 200);
 $$;
 
 -- The second vector lane: every passage embedded a second time by a multilingual
@@ -222,7 +222,7 @@ CREATE OR REPLACE FUNCTION ensure_multilingual_indexes(p_model text, p_dims inte
                                                        p_verbatim boolean DEFAULT true)
 RETURNS void LANGUAGE sql AS $$
     SELECT ensure_hnsw_indexes('embedding_multi', 'embed_model_multi', 'passages_hnsw_multi_', p_model, p_dims,
-                               p_verbatim, 16, 64);
+                               p_verbatim, 32, 200);
 $$;
 
 -- Which embedding model search uses; a re-embed migration switches it in one step.

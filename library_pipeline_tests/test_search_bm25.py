@@ -255,3 +255,26 @@ def test_segments_follow_flags_and_serve_every_filter(manual, embedder):
     assert postings_match_tsvectors(conn)
     assert found({"source": "memory"}) == {theirs}
     assert found(SearchFilters(sources=("memory",), include_cold=True)) == {mine, theirs}
+
+
+def test_a_library_from_before_segments_is_migrated(manual, db, embedder):
+    """A database whose postings were one list per term (the index postings_impact_idx,
+    no segment or document on a row) gets every row written again with both when the
+    schema is applied, and its searches find what they found."""
+    conn, doc, ids = manual
+    before = [r.passage_id for r in ranked(conn, embedder, "pump seal", top_k=5).results]
+    conn.execute("UPDATE passages SET removed = true WHERE id = %s", (ids[6],))
+    conn.execute("DROP INDEX postings_segment_idx")
+    conn.execute("CREATE INDEX postings_impact_idx ON postings (ts_config, lexeme, impact DESC) "
+                 "INCLUDE (passage_id, tf, dl)")
+    conn.execute("UPDATE postings SET segment = 0, document_id = NULL")
+    conn.commit()
+    assert not postings_match_tsvectors(conn)
+    conn.commit()   # the schema waits for tables no transaction holds
+    db._schema_ready = False
+    db.ensure_schema()
+    assert postings_match_tsvectors(conn)
+    indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'postings'")}
+    assert indexes == {"postings_segment_idx", "postings_passage_idx"}
+    after = [r.passage_id for r in ranked(conn, embedder, "pump seal", top_k=5).results]
+    assert ids[6] in before and after[:4] == [pid for pid in before if pid != ids[6]]
