@@ -357,8 +357,8 @@ def index_options(conn, column: str) -> str:
     """The verbatim HNSW index a lane's searches use, as built (m, ef_construction)."""
     row = conn.execute("SELECT c.reloptions FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
                        "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'passages'::regclass AND a.amname = 'hnsw' "
-                       "AND pg_get_expr(i.indpred, i.indrelid) LIKE '%summary_level = 0%' "
-                       "AND pg_get_indexdef(i.indexrelid) LIKE %s", (f"%({column})::halfvec%",)).fetchone()
+                       "AND pg_get_expr(i.indpred, i.indrelid) LIKE %s AND pg_get_indexdef(i.indexrelid) LIKE %s",
+                       ("%summary_level = 0%", f"%({column})::halfvec%")).fetchone()
     return "halfvec, " + ", ".join(row[0] or ["m=16", "ef_construction=64"]) if row else "no index"
 
 

@@ -317,7 +317,7 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
     exact = cfg.summaries and scans_exactly(conn, call.filters, call.predicate, summaries=True)
     if cfg.summaries and call.qvec is None and call.mvec is None and not call.vector_bypassed:
         t = time.perf_counter()
-        call.qvec = call.embedder.encode_queries([call.text])[0]
+        call.qvec = call.primary_query_vector()
         timings["embed"] = _ms(t)
     if not cfg.summaries:
         stages["summaries"] = "off"
@@ -325,20 +325,23 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
         # a query the primary model cannot read: summaries by the multilingual model
         multi = call.multi
         call.summaries = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate,
-                                     depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual")
+                                     depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual",
+                               ef_search=cfg.ef_search_summaries)
         stages["summaries"], timings["summaries"] = call.summaries.status, call.summaries.ms
     elif call.qvec is None:
         stages["summaries"] = "skipped: vector lane unavailable"
     else:
         embedder = call.embedder
         call.summaries = vector_lane(conn, embedder.name, embedder.dims, call.qvec, call.predicate,
-                                     depth=cfg.summaries_k, summaries=True, exact=exact)
+                                     depth=cfg.summaries_k, summaries=True, exact=exact,
+                                     ef_search=cfg.ef_search_summaries)
         if len(call.summaries) < cfg.summaries_k and call.mvec is not None and call.multi is not None:
             # the primary model has no vector of a summary it cannot read (a Russian book's
             # under an English-only model): an English question of a Russian library found
             # none. The multilingual model's nearest fill the rest, after the primary's.
             more = vector_lane(conn, call.multi.name, call.multi.dims, call.mvec, call.predicate,
-                               depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual")
+                               depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual",
+                               ef_search=cfg.ef_search_summaries)
             for pid, score, doc in zip(more.ids, more.scores, more.doc_ids):
                 if pid not in call.summaries.ids and len(call.summaries) < cfg.summaries_k:
                     call.summaries.ids.append(pid)

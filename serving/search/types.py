@@ -221,6 +221,8 @@ class SearchConfig:
     # ef_construction to 200 only reached 0.9895 at ef_search 200; m=32 + ef_construction=200
     # reached 0.9915 at 200 but builds 4.5x slower. The query-time knob is the cheap one.
     ef_search: int = 800
+    ef_search_multilingual: int = 800
+    ef_search_summaries: int = 800
     max_scan_tuples: int = 20000    # pgvector iterative-scan budget for filtered queries
     # BM25 keyword lane (keyword.py): each term reads at most this many postings in impact
     # order (exact below it), and a query at most ~keyword_work rows in all

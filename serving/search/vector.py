@@ -99,9 +99,13 @@ def vector_sql(model: str, dims: int, predicate: Predicate, *, summaries: bool, 
 
 def vector_lane(conn: psycopg.Connection, model: str, dims: int, qvec: np.ndarray, predicate: Predicate,
                 *, depth: int, summaries: bool = False, exact: bool = False, column: str = "primary",
-                name: str | None = None) -> LaneHits:
+                name: str | None = None, ef_search: int | None = None) -> LaneHits:
+    """`ef_search`: this lane's HNSW candidate list (SearchConfig has one per lane), set for
+    the rest of the transaction; None leaves the transaction's as it is."""
     name = name or ("summaries" if summaries else "vector")
     started = time.perf_counter()
+    if ef_search and not exact:
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
     query = vector_sql(model, dims, predicate, summaries=summaries, exact=exact, column=column)
     params = {**predicate.params, "qvec": HalfVector(np.asarray(qvec, dtype=np.float32)), "k": int(depth)}
     rows = conn.execute(query, params).fetchall()
