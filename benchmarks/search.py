@@ -67,7 +67,7 @@ from serving.threads import limit_torch_threads  # noqa: E402
 from serving.search import SearchConfig, search  # noqa: E402
 from serving.search.filters import passage_predicate  # noqa: E402
 from serving.search.types import SearchFilters  # noqa: E402
-from serving.search.vector import set_scan_options, vector_sql  # noqa: E402
+from serving.search.vector import lane_ef, set_scan_options, vector_sql  # noqa: E402
 from serving.settings import Settings  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -83,7 +83,8 @@ SAMPLE_QUERIES = [
 
 
 # recall is measured at these ef_search values and at the one searches run with
-EF_VALUES = sorted({100, 200, 400, 800, 1000, SearchConfig().ef_search})
+EF_VALUES = sorted({100, 200, 400, 800, 1000, SearchConfig().ef_search, SearchConfig().ef_search_multilingual,
+                    SearchConfig().ef_search_small})
 
 
 def pct(values: list[float], q: float) -> float:
@@ -333,11 +334,10 @@ def recall(conn, embedder, qvecs: np.ndarray, f32: np.ndarray | None, ef_values:
     return out
 
 
-def summary_table(n: int, table: dict, ftable: dict, full_k: str, rec: dict) -> dict:
+def summary_table(n: int, table: dict, ftable: dict, full_k: str, rec: dict, efs: dict[str, int]) -> dict:
     """The figures that decide whether a library of this size is served well, on one screen:
-    each latency with the vector lanes' recall at the ef_search searches run with."""
-    ef = SearchConfig().ef_search
-    served = {lane: r.get(f"ef_search={ef}", {}).get("recall@10_vs_exact_halfvec") for lane, r in rec.items()}
+    each latency with the vector lanes' recall at the ef_search searches run with (`efs`)."""
+    served = {lane: r.get(f"ef_search={efs[lane]}", {}).get("recall@10_vs_exact_halfvec") for lane, r in rec.items()}
     rows = [("end to end", table["total"]), ("filtered to 2% of rows", ftable["total"])]
     rows += [(f"{stage} lane", table[stage]) for stage in ("vector", "multilingual", "keyword", "summaries")
              if stage in table]
@@ -349,8 +349,8 @@ def summary_table(n: int, table: dict, ftable: dict, full_k: str, rec: dict) -> 
         print(f"  {label:<32}{row['p50']:>9.1f}{row['p95']:>9.1f}")
     print(f"  filtered searches returning the full k: {full_k}")
     for lane, value in served.items():
-        print(f"  HNSW recall@10 vs exact, {lane} lane, ef_search {ef}: {value}")
-    return {"rows": {label: row for label, row in rows}, "ef_search": ef, "recall@10": served}
+        print(f"  HNSW recall@10 vs exact, {lane} lane, ef_search {efs[lane]}: {value}")
+    return {"rows": {label: row for label, row in rows}, "ef_search": efs, "recall@10": served}
 
 
 def index_options(conn, column: str) -> str:
@@ -412,6 +412,8 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
                 {**pred.params, "qvec": HalfVector(qv), "k": 50})]
         plan_lines = [ln.strip()[:110] for ln in plan if "Order By" not in ln]
         print("  filtered vector plan: " + " | ".join(plan_lines[:4]) + " | " + plan_lines[-1])
+        cfg = SearchConfig()
+        efs = {"primary": lane_ef(conn, cfg, cfg.ef_search), "multilingual": lane_ef(conn, cfg, cfg.ef_search_multilingual)}
         rq = qs[: min(recall_queries, len(qs))]
         rec: dict = {}
         if rq:   # --recall-queries 0: timings only (an exact scan per query is seconds at 1M)
@@ -428,7 +430,7 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
         print(f"\nHNSW {lane} ({r['index']}) recall@10 over", len(rq), "queries:")
         for key, val in r.items():
             print(f"  {key}: {val}")
-    summary = summary_table(n, table, ftable, f"{full_k}/{len(counts)}", rec)
+    summary = summary_table(n, table, ftable, f"{full_k}/{len(counts)}", rec, efs)
     return {"summary": summary, "passages": n, "vectors": mode, "shared_buffers": shared_buffers, "build": build, "searches": len(samples), "stages": table,
             "stages_one_connection": stable, "same_top_k_both_ways": f"{same}/{len(serial_answers)}",
             "filtered": {"stages": ftable, "full_k": f"{full_k}/{len(counts)}", "plan": plan_lines},

@@ -55,9 +55,6 @@ class Call:
     keyword_stats: list = field(default_factory=list)
     names: Any = None
     qvec: Any = None
-    # the primary model's query vector being encoded beside the multilingual lane's
-    # statement (registry.py _multilingual); primary_query_vector() takes it
-    qvec_job: Any = None
     mvec: Any = None
     # fusion, summaries, rows
     fused: list[Fused] = field(default_factory=list)
@@ -68,11 +65,6 @@ class Call:
     # rerank
     ordered: list[tuple[Fused, float]] = field(default_factory=list)
     rerank_reason: str | None = None
-
-    def primary_query_vector(self) -> Any:
-        """The primary model's vector of the query: the one encoded ahead when there is one."""
-        job, self.qvec_job = self.qvec_job, None
-        return (job.result() if job is not None else self.embedder.encode_queries([self.text]))[0]
 
     @property
     def vec(self) -> LaneHits | None:

@@ -317,7 +317,7 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
     exact = cfg.summaries and scans_exactly(conn, call.filters, call.predicate, summaries=True)
     if cfg.summaries and call.qvec is None and call.mvec is None and not call.vector_bypassed:
         t = time.perf_counter()
-        call.qvec = call.primary_query_vector()
+        call.qvec = call.embedder.encode_queries([call.text])[0]
         timings["embed"] = _ms(t)
     if not cfg.summaries:
         stages["summaries"] = "off"

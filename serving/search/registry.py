@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
@@ -32,7 +31,7 @@ from serving.search.fusion import lane_weight
 from serving.search.keyword import keyword_lane
 from serving.search.lanes import LaneHits
 from serving.search.titles import with_translit
-from serving.search.vector import scans_exactly, vector_lane
+from serving.search.vector import lane_ef, scans_exactly, vector_lane
 
 Ran = tuple[LaneHits, float] | None
 
@@ -43,10 +42,6 @@ class Lane:
     phase: str                                  # "vector" | "text" | "after"
     run: Callable[[Call, psycopg.Connection], Ran]
     needs: tuple[str, ...] = ()                 # lanes of its phase whose hits it reads
-
-
-# encodes the primary model's query vector beside the multilingual lane (_multilingual)
-_ENCODE = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-encode")
 
 
 def _depth(call: Call, conn: psycopg.Connection) -> tuple[int, bool]:
@@ -73,18 +68,13 @@ def _multilingual(call: Call, conn: psycopg.Connection) -> Ran:
         return None
     if _bypassed(call, "multilingual"):
         return None
-    cfg = call.cfg
-    if (cfg.vector or cfg.summaries) and (call.primary_reads or cfg.vector_weight_foreign > 0):
-        # the primary lane's query vector is encoded on another core while this lane's
-        # statement runs: the two models and the two statements took ~58 ms in turn at 1M
-        # passages (benchmarks/search.py), 12 ms of it the primary model's encoding
-        call.qvec_job = _ENCODE.submit(call.embedder.encode_queries, [call.text])
     t = time.perf_counter()
     call.mvec = multi.encode_queries([call.text])[0]
     call.timings["embed_multilingual"] = ms_since(t)
     depth, exact = _depth(call, conn)
     hits = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate, depth=depth, exact=exact,
-                       column="multilingual", name="multilingual", ef_search=call.cfg.ef_search_multilingual)
+                       column="multilingual", name="multilingual",
+                       ef_search=lane_ef(conn, call.cfg, call.cfg.ef_search_multilingual))
     return hits, lane_weight("multilingual", call.cfg)
 
 
@@ -101,11 +91,11 @@ def _vector(call: Call, conn: psycopg.Connection) -> Ran:
                                  f"the query is {call.resp.query_language}; the multilingual lane stands in")
         return None
     t = time.perf_counter()
-    call.qvec = call.primary_query_vector()
-    call.timings["embed"] = ms_since(t)   # what this lane waited for its vector
+    call.qvec = call.embedder.encode_queries([call.text])[0]
+    call.timings["embed"] = ms_since(t)
     depth, exact = _depth(call, conn)
     hits = vector_lane(conn, call.embedder.name, call.embedder.dims, call.qvec, call.predicate, depth=depth,
-                       exact=exact, ef_search=cfg.ef_search)
+                       exact=exact, ef_search=lane_ef(conn, cfg, cfg.ef_search))
     return hits, lane_weight("vector", cfg, foreign=foreign)
 
 

@@ -214,15 +214,21 @@ class SearchConfig:
     title_depth: int = 10
     structure_depth: int = 10
     summaries_k: int = 5
-    # HNSW candidate list. Measured (benchmarks/search.py, 100k SciFact-derived rows, the
-    # schema's m=16 / ef_construction=64, 300 queries): recall@10 vs exact 0.90 at 100, 0.96
-    # at 200, 0.977-0.9955 at 400 (two builds of the same data differ: HNSW construction is
-    # randomised), 0.990 at 600, 0.9993 at 800 - for 0.8 -> 5.9 ms p50 in the lane. Raising
-    # ef_construction to 200 only reached 0.9895 at ef_search 200; m=32 + ef_construction=200
-    # reached 0.9915 at 200 but builds 4.5x slower. The query-time knob is the cheap one.
+    # HNSW candidate list per lane, and for libraries of at most ef_small_rows passages.
+    # Measured (benchmarks/search.py, SciFact-derived rows, 100 queries, recall@10 against
+    # an exact scan), with the schema's indexes (MiniLM m 24 / ef_construction 200, USE-m3
+    # m 32 / 200):
+    #   1M passages  MiniLM 0.889 / 0.919 / 0.956 / 0.982 / 0.991 at ef_search 100 / 200 /
+    #                400 / 800 / 1000; USE-m3 0.584 / 0.700 / 0.793 / 0.918 / 0.955
+    #                (the indexes before, m 16 / ef_construction 64: 0.923 and 0.78 at 800)
+    #   100k         MiniLM 0.999 from 200 up; USE-m3 0.959 / 0.989 / 1.0 at 100 / 200 / 400
+    # The candidate list is the lane's cost (USE-m3 at 100k: 10.2 ms p50 at 400, 20.7 at
+    # 1000), so a library below ef_small_rows searches with ef_search_small.
     ef_search: int = 800
-    ef_search_multilingual: int = 800
-    ef_search_summaries: int = 800
+    ef_search_multilingual: int = 1000
+    ef_search_summaries: int = 200
+    ef_search_small: int = 400
+    ef_small_rows: int = 200_000
     max_scan_tuples: int = 20000    # pgvector iterative-scan budget for filtered queries
     # BM25 keyword lane (keyword.py): each term reads at most this many postings in impact
     # order (exact below it), and a query at most ~keyword_work rows in all

@@ -35,7 +35,7 @@ from psycopg import sql
 
 from serving.search.filters import Predicate
 from serving.search.lanes import LaneHits
-from serving.search.types import SearchFilters
+from serving.search.types import SearchConfig, SearchFilters
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,22 @@ def set_scan_options(conn: psycopg.Connection, ef_search: int, max_scan_tuples: 
         " set_config('hnsw.ef_search', %s, true), set_config('hnsw.max_scan_tuples', %s, true)",
         (str(int(ef_search)), str(int(max_scan_tuples))),
     )
+
+
+_ROWS: dict[str, tuple[float, float]] = {}   # database -> (passages, when looked up)
+_ROWS_SECONDS = 60.0
+
+
+def lane_ef(conn: psycopg.Connection, cfg: SearchConfig, ef: int) -> int:
+    """A lane's ef_search for this library's size (SearchConfig has the measurements): the
+    planner's row count, looked up at most once a minute per database."""
+    key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    now = time.monotonic()
+    have = _ROWS.get(key)
+    if have is None or now - have[1] > _ROWS_SECONDS:
+        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'passages'::regclass").fetchone()
+        have = _ROWS[key] = (float(row[0]) if row and row[0] else 0.0, now)
+    return ef if have[0] > cfg.ef_small_rows else min(ef, cfg.ef_search_small)
 
 
 # (vector column, model column) of each vector lane: the primary model's, and the
