@@ -196,6 +196,11 @@ BEGIN
 END;
 $$;
 
+-- Graph parameters per lane, chosen for recall@10 >= 0.95 against an exact scan at a
+-- million passages (benchmarks/search.py; serving/search/types.py has the figures by
+-- ef_search): MiniLM m 24 / ef_construction 200 (0.982 at ef_search 800), USE-m3 m 32 /
+-- 200 (0.955 at 1000). With 16 / 64 both lanes fell short (0.923 / 0.78 at 800). An index
+-- keeps what it was built with: a library indexed before gets these when it is rebuilt.
 CREATE OR REPLACE FUNCTION ensure_vector_indexes(p_model text, p_dims integer, p_verbatim boolean DEFAULT true)
 RETURNS void LANGUAGE sql AS $$
     SELECT ensure_hnsw_indexes('embedding', 'embed_model', 'passages_hnsw_', p_model, p_dims, p_verbatim, 24, 200);
