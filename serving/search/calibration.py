@@ -49,6 +49,7 @@ from serving.search.fusion import Fused, _ordered
 from serving.search.keyword import tsquery_literal
 from serving.search.language import script
 from serving.search.lanes import LaneHits
+from serving.search.vector import planner_rows
 
 # evidence -> (coefficient per evidence in EVIDENCE order, bias): P = sigmoid(sum + bias).
 # Fitted (benchmarks/eval_calibration.py --fit) on every pool candidate of the training
@@ -118,7 +119,7 @@ class Background:
             have = self._samples.get(key)
         if have is not None and now - have.checked < BACKGROUND_CHECK_SECONDS:
             return have   # the library's size is looked up at most once a minute, not per search
-        rows = _estimated_rows(conn)
+        rows = planner_rows(conn)
         if have is not None and now - have.taken < BACKGROUND_SECONDS and \
                 abs(rows - have.rows) <= BACKGROUND_DRIFT * max(have.rows, 1.0):
             have.checked = now
@@ -148,11 +149,6 @@ class Background:
 
 
 BACKGROUND = Background()
-
-
-def _estimated_rows(conn: psycopg.Connection) -> float:
-    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'passages'::regclass").fetchone()
-    return float(row[0]) if row and row[0] and row[0] > 0 else 0.0
 
 
 @dataclass

@@ -61,6 +61,7 @@ from psycopg import sql
 
 from serving.search.filters import Predicate, posting_segments
 from serving.search.lanes import LaneHits
+from serving.search.vector import planner_rows
 from serving.search.types import SearchConfig, SearchFilters
 
 log = logging.getLogger(__name__)
@@ -170,8 +171,7 @@ class Term:
 
 
 def _estimated_passages(conn: psycopg.Connection) -> int:
-    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'passages'::regclass").fetchone()
-    return max(int(row[0]) if row and row[0] and row[0] > 0 else 1000, 1)
+    return int(planner_rows(conn)) or 1000
 
 
 def plan_terms(conn: psycopg.Connection, lexemes: dict[str, list[str]], stats: list[ConfigStats],

@@ -49,6 +49,13 @@ def set_scan_options(conn: psycopg.Connection, ef_search: int, max_scan_tuples: 
     )
 
 
+def planner_rows(conn: psycopg.Connection) -> float:
+    """The planner's estimate of the passages (0 before the first ANALYZE): a catalogue
+    read, where count(*) would scan a million rows."""
+    row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'passages'::regclass").fetchone()
+    return float(row[0]) if row and row[0] and row[0] > 0 else 0.0
+
+
 _ROWS: dict[str, tuple[float, float]] = {}   # database -> (passages, when looked up)
 _ROWS_SECONDS = 60.0
 
@@ -60,8 +67,7 @@ def lane_ef(conn: psycopg.Connection, cfg: SearchConfig, ef: int) -> int:
     now = time.monotonic()
     have = _ROWS.get(key)
     if have is None or now - have[1] > _ROWS_SECONDS:
-        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'passages'::regclass").fetchone()
-        have = _ROWS[key] = (float(row[0]) if row and row[0] else 0.0, now)
+        have = _ROWS[key] = (planner_rows(conn), now)
     return ef if have[0] > cfg.ef_small_rows else min(ef, cfg.ef_search_small)
 
 
