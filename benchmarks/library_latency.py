@@ -45,7 +45,8 @@ def main() -> None:
     config = SearchConfig(log_queries=False)
     wall: list[float] = []
     stages: dict[str, list[float]] = {}
-    with db.connect() as conn, db.connect() as side:
+    with db.connect() as conn, db.connect() as spare, db.connect() as third:
+        side = (spare, third)   # as serving.runtime lends them
         with conn.transaction():
             passages = conn.execute("SELECT count(*) FROM passages WHERE summary_level = 0").fetchone()[0]
         search(conn, embedder, questions[0], filters=AS_AN_AGENT, config=config, side=side)   # caches

@@ -412,12 +412,13 @@ def _answer(resp) -> tuple:
 
 def test_vector_stage_on_a_second_connection_gives_the_same_answer(library, embedder):
     """search(side=...) runs the query embeddings, both vector lanes and the summaries on the
-    second connection while the keyword lane runs on the first: the answer, the stages and
-    their order are those of the search that runs everything in turn."""
+    second connection while the keyword lane runs on the first; given a third, the primary
+    vector lane runs there beside the multilingual one. The answer, the stages and their
+    order are those of the search that runs everything in turn."""
     db, _ = library
-    ran: dict[str, list[str]] = {"conn": [], "side": []}
-    with db.connect() as conn, db.connect() as side:
-        for name, c in (("conn", conn), ("side", side)):
+    ran: dict[str, list[str]] = {"conn": [], "side": [], "third": []}
+    with db.connect() as conn, db.connect() as side, db.connect() as third:
+        for name, c in (("conn", conn), ("side", side), ("third", third)):
             real = c.execute
 
             def spy(query, params=None, *args, _real=real, _name=name, _c=c, **kwargs):
@@ -426,22 +427,35 @@ def test_vector_stage_on_a_second_connection_gives_the_same_answer(library, embe
                 return _real(query, params, *args, **kwargs)
 
             c.execute = spy
-        for query, filters in SIDE_SEARCHES:
-            one = search(conn, embedder, query, top_k=8, filters=filters,
-                         config=SearchConfig(log_queries=False))
-            ran["conn"].clear()
-            two = search(conn, embedder, query, top_k=8, filters=filters, side=side,
-                         config=SearchConfig(log_queries=False))
-            assert one.results, query
-            assert _answer(one) == _answer(two), query
-            assert any("<=>" in q for q in ran["side"]) and any("postings" in q for q in ran["conn"])
-            # the fusion stage scores the fused pool's own rows by id on the first connection
-            # (calibrated fusion); a vector lane's nearest-neighbour scan orders by distance
-            assert not any("<=>" in q and "ORDER BY" in q for q in ran["conn"]), \
-                "a vector lane ran on the first connection"
-            assert not any("postings" in q for q in ran["side"])
-            assert side.info.transaction_status.name == "IDLE"
-            ran["side"].clear()
+        apart = 0
+        for sides in ((side,), (side, third)):
+            for query, filters in SIDE_SEARCHES:
+                one = search(conn, embedder, query, top_k=8, filters=filters,
+                             config=SearchConfig(log_queries=False))
+                for queries in ran.values():
+                    queries.clear()
+                two = search(conn, embedder, query, top_k=8, filters=filters, side=sides,
+                             config=SearchConfig(log_queries=False))
+                assert one.results, query
+                assert _answer(one) == _answer(two), (query, len(sides))
+                assert any("<=>" in q for q in ran["side"]) and any("postings" in q for q in ran["conn"])
+                # the fusion stage scores the fused pool's own rows by id on the first connection
+                # (calibrated fusion); a vector lane's nearest-neighbour scan orders by distance
+                assert not any("<=>" in q and "ORDER BY" in q for q in ran["conn"]), \
+                    "a vector lane ran on the first connection"
+                assert not any("postings" in q for q in ran["side"] + ran["third"])
+                primary = [q for q in ran["side"] + ran["third"] if '"embedding"' in q and "ORDER BY" in q
+                           and "summary_level = 0" in q]
+                if len(sides) == 2 and "vector" in two.stages and two.stages["vector"].startswith("ok"):
+                    # an English question: the primary lane ran on the third connection, the
+                    # multilingual one on the second
+                    assert primary and all(q in ran["third"] for q in primary), query
+                    assert any('"embedding_multi"' in q and "ORDER BY" in q for q in ran["side"])
+                    apart += 1
+                else:
+                    assert not ran["third"], query
+                assert all(c.info.transaction_status.name == "IDLE" for c in (side, third))
+        assert apart >= 2   # both English questions (one of them filtered) ran their lanes apart
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: torch has a single thread count to use")
@@ -478,11 +492,19 @@ def test_a_broken_second_connection_fails_the_search_and_spares_the_first(librar
             search(conn, embedder, QUESTIONS[0][0], top_k=3, side=side)
         assert conn.info.transaction_status.name == "IDLE"
         assert search(conn, embedder, QUESTIONS[0][0], top_k=3).results
+        # a broken third connection (the primary vector lane's) fails an English question's
+        # search the same way, and leaves the other two idle
+        with db.connect() as spare:
+            with pytest.raises(psycopg.OperationalError):
+                search(conn, embedder, ENGLISH[0][0], top_k=3, side=(spare, side))
+            assert conn.info.transaction_status.name == "IDLE"
+            assert spare.info.transaction_status.name == "IDLE"
+            assert search(conn, embedder, ENGLISH[0][0], top_k=3, side=spare).results
 
 
 def test_the_serving_runtime_lends_a_free_connection_only(library, embedder):
-    """Library.search borrows a second pooled connection when one is free at once; with
-    the pool in use it searches on one connection rather than wait."""
+    """Library.search borrows spare pooled connections when they are free at once; with
+    the pool in use it searches on fewer rather than wait."""
     from serving.runtime import Library
 
     db, _ = library
@@ -491,10 +513,10 @@ def test_the_serving_runtime_lends_a_free_connection_only(library, embedder):
         expected = [r.passage_id for r in search(conn, embedder, question, top_k=5).results]
     lib = Library(db.settings, embedder=embedder, pool_size=2)
     try:
-        with lib.connection() as first, lib.spare_connection() as second:
-            assert second is not None and second is not first
-            with lib.spare_connection() as third:
-                assert third is None   # both pooled connections are taken
+        with lib.connection() as first, lib.spare_connections(2) as spares:
+            assert len(spares) == 1 and spares[0] is not first   # the one other pooled connection
+            with lib.spare_connections(2) as more:
+                assert more == ()   # both pooled connections are taken
         assert [r.passage_id for r in lib.search(question, top_k=5).results] == expected
     finally:
         lib.close()

@@ -33,6 +33,9 @@ RECONNECT_TIMEOUT_S = 2.0
 # A search borrows a second connection for its vector lanes only if one is free within
 # this long (serving.search.engine's `side`); a busy pool costs it the overlap, not a wait.
 SPARE_WAIT_S = 0.002
+# A search's spare connections: the vector stage beside the keyword lane, and the primary
+# vector lane beside the multilingual one (serving.search.engine).
+SEARCH_SPARES = 2
 
 
 class Library:
@@ -77,7 +80,8 @@ class Library:
                     from psycopg_pool import ConnectionPool
 
                     self.db.ensure_schema()
-                    pool = ConnectionPool(self.db.dsn, min_size=min(2, self._pool_size), max_size=self._pool_size,
+                    pool = ConnectionPool(self.db.dsn, min_size=min(1 + SEARCH_SPARES, self._pool_size),
+                                          max_size=self._pool_size,
                                           configure=register_vector, check=ConnectionPool.check_connection,
                                           open=True, name="library-serving", timeout=POOL_TIMEOUT_S,
                                           reconnect_timeout=RECONNECT_TIMEOUT_S)
@@ -116,20 +120,22 @@ class Library:
                                   f"retry in a few seconds") from None
 
     @contextmanager
-    def spare_connection(self) -> Iterator[psycopg.Connection | None]:
-        """A second pooled connection if one is free at once, else None."""
+    def spare_connections(self, n: int) -> Iterator[tuple[psycopg.Connection, ...]]:
+        """Up to `n` more pooled connections, those free at once (none when the pool is busy)."""
         from psycopg_pool import PoolTimeout
 
         pool = self._get_pool()
+        taken: list[psycopg.Connection] = []
         try:
-            conn = pool.getconn(timeout=SPARE_WAIT_S)
-        except (PoolTimeout, psycopg.OperationalError):
-            yield None
-            return
-        try:
-            yield conn
+            for _ in range(n):
+                try:
+                    taken.append(pool.getconn(timeout=SPARE_WAIT_S))
+                except (PoolTimeout, psycopg.OperationalError):
+                    break
+            yield tuple(taken)
         finally:
-            pool.putconn(conn)
+            for conn in taken:
+                pool.putconn(conn)
 
     def warm_up(self) -> None:
         """Load the embedder and open the pool now rather than on the first call."""
@@ -149,7 +155,7 @@ class Library:
         from serving.search import search
 
         embedder = self.embedder()
-        with self.connection() as conn, self.spare_connection() as side:
+        with self.connection() as conn, self.spare_connections(SEARCH_SPARES) as side:
             return search(conn, embedder, query, top_k=top_k, filters=filters, config=config, side=side)
 
     def files(self, pattern: str, limit: int = 50) -> dict[str, Any]:

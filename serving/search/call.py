@@ -33,6 +33,7 @@ class Call:
     resp: SearchResponse
     started: float
     side: psycopg.Connection | None = None   # an idle second connection the caller lent
+    lane_side: psycopg.Connection | None = None   # and a third, for the primary vector lane
     # plan
     predicate: Any = None
     breaker: Any = None
@@ -56,6 +57,7 @@ class Call:
     names: Any = None
     qvec: Any = None
     mvec: Any = None
+    trees_pending: tuple[int, int] | None = None   # (library files without a current tree, files)
     # fusion, summaries, rows
     fused: list[Fused] = field(default_factory=list)
     summaries: LaneHits | None = None

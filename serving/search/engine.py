@@ -19,21 +19,24 @@ vector stage (query embeddings, both vector lanes, summaries) runs on it in a
 thread, in its own read transaction, while the keyword and structure lanes run
 on `conn`: the keyword lane needs no query vector, and at 1M passages the two
 sides each took about half of the lanes' time (keyword 49 ms; embeddings 19 ms
-and vector lanes 48 ms). Both sides read committed data as a serial search's
-statements do (READ COMMITTED takes a snapshot per statement either way), and a
+and vector lanes 48 ms). Given a third, the primary vector lane runs there beside the
+multilingual one (`_vector_lanes_apart`). All sides read committed data as a serial
+search's statements do (READ COMMITTED takes a snapshot per statement either way), and a
 hit whose row vanished before hydration is dropped in both cases.
 
 `search` reads as its stages, in order: `_parse` → `_plan` → `_vector_stage`
-(the vector lanes, `_summaries`; on `side` when given) beside `_text_lanes` →
-`_late_lanes` → `_fuse` → `_hydrate_pool` (inside the read transaction) →
-`_rerank` → `_assemble` → `_log`. Each stage fills its part of one call's state
-(`Call`) and says in its docstring what it owns.
+(the vector lanes, `_summaries`; on `side` when given) beside `_text_lanes` and
+`_trees_pending` → `_note_trees_pending` → `_late_lanes` → `_fuse` →
+`_hydrate_pool` (inside the read transaction) → `_rerank` → `_assemble` → `_log`.
+Each stage fills its part of one call's state (`Call`) and says in its docstring what
+it owns.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -52,7 +55,7 @@ from serving.search.keyword import corpus_configs, query_lexemes
 from serving.search.language import query_language, script, word_scripts
 from serving.search.lexicon import other_script_names
 from serving.search.query import normalise_query, validate_top_k
-from serving.search.registry import POSITION, run_phase
+from serving.search.registry import POSITION, encode_multilingual, run_lane, run_phase
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
 from serving.search.titles import NAMES
 from serving.search.types import SearchConfig, SearchFilters, SearchResponse
@@ -80,33 +83,41 @@ def _searched_sources(call: Call) -> tuple[str, ...]:
 # the vector stages of searches given a second connection; a search waits for its own,
 # so the pool only bounds how many run at once
 _SIDE = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-vector")
+# the primary vector lanes of searches given a third connection; a pool of its own, since
+# a vector stage (on _SIDE) waits for its lane here
+_LANE = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search-lane")
 
 
 def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: int = 10,
            filters: SearchFilters | dict[str, Any] | None = None, config: SearchConfig | None = None,
            reranker: Reranker | None = None, multilingual: Embedder | None = _DEFAULT,
-           side: psycopg.Connection | None = None) -> SearchResponse:
+           side: psycopg.Connection | Sequence[psycopg.Connection] | None = None) -> SearchResponse:
     """Hybrid search. Raises SearchError (a ValueError) for input the caller must fix.
     `multilingual`: the second vector lane's model (default: LIBRARY_EMBED_MULTILINGUAL's,
     serving.embedding.multilingual_embedder; None: no second lane).
-    `side`: an idle second connection to the same database; the vector stage runs on it
-    beside the keyword lane (same results, less wall time). Without it the stages run in turn."""
+    `side`: an idle second connection to the same database, or two; the vector stage runs on
+    the first beside the keyword lane, and the primary vector lane on the second beside the
+    multilingual one (same results, less wall time). Without it the stages run in turn."""
     call = _parse(conn, embedder, query, top_k, filters, config, reranker)
-    call.side = side
+    sides = (side,) if isinstance(side, psycopg.Connection) else tuple(side or ())
+    call.side = sides[0] if sides else None
+    call.lane_side = sides[1] if len(sides) > 1 else None
     health.ensure_serving_tables(conn)
     with conn.transaction():
         _plan(call, multilingual)
         job: Future | None = None
-        if side is not None and _needs_vectors(call):
-            job = _SIDE.submit(_vector_stage_in_transaction, call, side, torch_threads())
+        if call.side is not None and _needs_vectors(call):
+            job = _SIDE.submit(_vector_stage_in_transaction, call, call.side, torch_threads())
         else:
             _vector_stage(call, conn)
         try:
             _text_lanes(call)
+            _trees_pending(call)
         finally:
             if job is not None:
                 # never leave `side` in use past this call, even when the text lanes failed
                 job.result()
+        _note_trees_pending(call)
         _late_lanes(call)
         _fuse(call)
         _hydrate_pool(call)
@@ -181,8 +192,43 @@ def _vector_stage(call: Call, conn: psycopg.Connection) -> None:
     the multilingual one first, its hits decide whether an English-only primary model may
     stand aside), the summaries."""
     set_scan_options(conn, call.cfg.ef_search, call.cfg.max_scan_tuples)
-    run_phase(call, "vector", conn, call.vector_lanes)
+    if call.lane_side is not None and _lanes_apart(call):
+        _vector_lanes_apart(call, conn, call.lane_side)
+    else:
+        run_phase(call, "vector", conn, call.vector_lanes)
     _summaries(call, conn)
+
+
+def _lanes_apart(call: Call) -> bool:
+    """Whether the two vector lanes may run at once: both on, and the primary model reads the
+    query (else the primary lane reads the multilingual lane's hits to decide whether it runs)."""
+    cfg = call.cfg
+    return (cfg.vector and cfg.multilingual and call.multi is not None and call.primary_reads
+            and not call.vector_bypassed)
+
+
+def _vector_lanes_apart(call: Call, conn: psycopg.Connection, other: psycopg.Connection) -> None:
+    """The multilingual lane on `conn`, the primary one on `other`, at once. The multilingual
+    query vector is encoded first and alone: two encoders at once share one interpreter, and
+    side by side both slowed (USE-m3 4.3 -> 10.7 ms), so the primary model encodes while the
+    multilingual lane's statement runs in the server. At a million passages (benchmarks/
+    search.py, same hour) this took the p50 from 87-93 ms to 77-79 ms, and a search filtered
+    to 2% of rows, whose two graph walks are long, from 160 to 110 ms; at 100k, where the
+    two cores are already busy with the keyword lane and both encoders, it changed nothing."""
+    call.exact_passages = scans_exactly(conn, call.filters, call.predicate, summaries=False)
+    encode_multilingual(call)
+    job = _LANE.submit(_lane_in_transaction, call, "vector", other, torch_threads())
+    try:
+        run_lane(call, "multilingual", conn, call.vector_lanes)
+    finally:
+        job.result()   # never leave `other` in use past this call
+
+
+def _lane_in_transaction(call: Call, name: str, conn: psycopg.Connection, threads: int | None) -> None:
+    adopt_torch_threads(threads)
+    with conn.transaction():
+        set_scan_options(conn, call.cfg.ef_search, call.cfg.max_scan_tuples)
+        run_lane(call, name, conn, call.vector_lanes)
 
 
 def _text_lanes(call: Call) -> None:
@@ -311,8 +357,7 @@ def _calibrated(call: Call) -> None:
 
 
 def _summaries(call: Call, conn: psycopg.Connection) -> None:
-    """Owns the summaries lane (RAPTOR rows, ranked apart from passages) and the note that
-    summary trees are still being built."""
+    """Owns the summaries lane (RAPTOR rows, ranked apart from passages)."""
     cfg, stages, timings = call.cfg, call.stages, call.timings
     exact = cfg.summaries and scans_exactly(conn, call.filters, call.predicate, summaries=True)
     if cfg.summaries and call.qvec is None and call.mvec is None and not call.vector_bypassed:
@@ -351,14 +396,25 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
             if more.ids:
                 call.summaries.status = f"ok: {len(call.summaries)} nearest (both models)"
         stages["summaries"], timings["summaries"] = call.summaries.status, call.summaries.ms
-        pending = conn.execute(
-            "SELECT count(*) FILTER (WHERE b.document_id IS NULL OR b.version <> d.version), count(*) "
-            "FROM documents d LEFT JOIN raptor_builds b ON b.document_id = d.id "
-            "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
-        if pending[0]:
-            # summaries follow each ingest by themselves; until then say so, not nothing
-            stages["summaries"] += (f"; summary trees pending for {pending[0]} of {pending[1]} files "
-                                    "(built automatically after ingest)")
+
+
+def _trees_pending(call: Call) -> None:
+    """Owns the note that summary trees are still being built: on the search's connection,
+    beside the vector stage (at a million passages the count took 2.5 ms of that stage)."""
+    if not call.cfg.summaries or call.vector_bypassed:
+        return
+    call.trees_pending = call.conn.execute(
+        "SELECT count(*) FILTER (WHERE b.document_id IS NULL OR b.version <> d.version), count(*) "
+        "FROM documents d LEFT JOIN raptor_builds b ON b.document_id = d.id "
+        "WHERE d.source = 'library' AND d.status = 'ingested'").fetchone()
+
+
+def _note_trees_pending(call: Call) -> None:
+    pending = call.trees_pending
+    if pending and pending[0] and call.summaries is not None:
+        # summaries follow each ingest by themselves; until then say so, not nothing
+        call.stages["summaries"] += (f"; summary trees pending for {pending[0]} of {pending[1]} files "
+                                     "(built automatically after ingest)")
 
 
 def _hydrate_pool(call: Call) -> None:

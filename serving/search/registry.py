@@ -68,14 +68,21 @@ def _multilingual(call: Call, conn: psycopg.Connection) -> Ran:
         return None
     if _bypassed(call, "multilingual"):
         return None
-    t = time.perf_counter()
-    call.mvec = multi.encode_queries([call.text])[0]
-    call.timings["embed_multilingual"] = ms_since(t)
+    encode_multilingual(call)
     depth, exact = _depth(call, conn)
     hits = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate, depth=depth, exact=exact,
                        column="multilingual", name="multilingual",
                        ef_search=lane_ef(conn, call.cfg, call.cfg.ef_search_multilingual))
     return hits, lane_weight("multilingual", call.cfg)
+
+
+def encode_multilingual(call: Call) -> None:
+    """The multilingual model's query vector, once (the engine may encode it before the lanes
+    run, so that the two encoders never compete for the interpreter)."""
+    if call.mvec is None:
+        t = time.perf_counter()
+        call.mvec = call.multi.encode_queries([call.text])[0]
+        call.timings["embed_multilingual"] = ms_since(t)
 
 
 def _vector(call: Call, conn: psycopg.Connection) -> Ran:
@@ -137,6 +144,7 @@ LANES: tuple[Lane, ...] = (
     Lane("title", "after", _title),
 )
 POSITION = {lane.name: i for i, lane in enumerate(LANES)}
+BY_NAME = {lane.name: lane for lane in LANES}
 
 
 def in_phase(phase: str) -> list[Lane]:
@@ -157,10 +165,16 @@ def run_phase(call: Call, phase: str, conn: psycopg.Connection, into: list[tuple
     """Run the phase's lanes that are switched on, into `into` (in the order they ran; the
     engine joins the phases in the registry's order)."""
     for lane in _RUN_ORDER[phase]:
-        if not getattr(call.cfg, lane.name):
-            call.stages[lane.name] = "off"
-            continue
-        ran = lane.run(call, conn)
-        if ran is not None:
-            call.hits[lane.name] = ran[0]
-            into.append(ran)
+        run_lane(call, lane, conn, into)
+
+
+def run_lane(call: Call, lane: Lane | str, conn: psycopg.Connection, into: list[tuple[LaneHits, float]]) -> None:
+    """Run one lane if it is switched on, into `into`."""
+    lane = BY_NAME[lane] if isinstance(lane, str) else lane
+    if not getattr(call.cfg, lane.name):
+        call.stages[lane.name] = "off"
+        return
+    ran = lane.run(call, conn)
+    if ran is not None:
+        call.hits[lane.name] = ran[0]
+        into.append(ran)
