@@ -222,12 +222,15 @@ class SearchConfig:
     #                400 / 800 / 1000; USE-m3 0.584 / 0.700 / 0.793 / 0.918 / 0.955
     #                (the indexes before, m 16 / ef_construction 64: 0.923 and 0.78 at 800)
     #   100k         MiniLM 0.999 from 200 up; USE-m3 0.959 / 0.989 / 1.0 at 100 / 200 / 400
-    # The candidate list is the lane's cost (USE-m3 at 100k: 10.2 ms p50 at 400, 20.7 at
-    # 1000), so a library below ef_small_rows searches with ef_search_small.
+    # The candidate list is the lane's cost (USE-m3 at 100k: 5.1 ms p50 at 200, 8.9 at 400,
+    # 18.1 at 1000), so a library below ef_small_rows searches with ef_search_small: 200
+    # took the 100k search's p50 from 49.4 to 43.8 ms (the same hour), and the suite's six
+    # collections (`library eval suite`, at most 23k passages) score the same to the last
+    # digit at 200 and at 400.
     ef_search: int = 800
     ef_search_multilingual: int = 1000
     ef_search_summaries: int = 200
-    ef_search_small: int = 400
+    ef_search_small: int = 200
     ef_small_rows: int = 200_000
     max_scan_tuples: int = 20000    # pgvector iterative-scan budget for filtered queries
     # BM25 keyword lane (keyword.py): each term reads at most this many postings in impact
