@@ -116,6 +116,35 @@ def test_a_filter_leaving_few_rows_is_scanned_exactly(db, embedder, monkeypatch)
         assert "HNSW" in walked.stages["vector"] and len(walked.results) == 20
 
 
+def test_an_unfiltered_lane_walks_once_and_again_only_when_short(db, embedder):
+    """Without filters a lane walks the graph once without the iterative scan, and again
+    iteratively only when that walk leaves fewer than its depth: when the candidate list is
+    shorter than the depth, and when hidden rows (here the 30 nearest, removed) crowd the
+    list. Either way its rows are the iterative scan's."""
+    qvec = embedder.encode_queries(["whale hunting"])[0]
+    pred = passage_predicate(SearchFilters())
+
+    def lane(conn, depth: int, ef: int, once: bool) -> list[int]:
+        with conn.transaction():
+            hits = vector.vector_lane(conn, embedder.name, embedder.dims, qvec, pred, depth=depth, ef_search=ef,
+                                      one_pass_first=once)
+        assert "HNSW" in hits.status
+        return hits.ids
+
+    with db.connect() as conn:
+        for depth, ef in ((20, 100), (60, 40)):
+            once = lane(conn, depth, ef, True)
+            assert len(once) == depth and once == lane(conn, depth, ef, False)
+        nearest = lane(conn, 30, 100, False)
+        with conn.transaction():   # rolled back: the module's other tests see no removed rows
+            conn.execute("UPDATE passages SET removed = true WHERE id = ANY(%s)", (nearest,))
+            once = lane(conn, 20, 40, True)
+            assert len(once) == 20 and not set(once) & set(nearest)
+            assert once == lane(conn, 20, 40, False)
+            raise psycopg.Rollback()
+        assert not conn.execute("SELECT count(*) FROM passages WHERE removed").fetchone()[0]
+
+
 def test_summaries_lane_is_not_starved(db, embedder):
     qvec = embedder.encode_queries(["whale hunting"])[0]
     with db.connect() as conn:

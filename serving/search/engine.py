@@ -371,7 +371,7 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
         multi = call.multi
         call.summaries = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate,
                                      depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual",
-                               ef_search=cfg.ef_search_summaries)
+                                     ef_search=cfg.ef_search_summaries, one_pass_first=call.filters.is_empty)
         stages["summaries"], timings["summaries"] = call.summaries.status, call.summaries.ms
     elif call.qvec is None:
         stages["summaries"] = "skipped: vector lane unavailable"
@@ -379,14 +379,14 @@ def _summaries(call: Call, conn: psycopg.Connection) -> None:
         embedder = call.embedder
         call.summaries = vector_lane(conn, embedder.name, embedder.dims, call.qvec, call.predicate,
                                      depth=cfg.summaries_k, summaries=True, exact=exact,
-                                     ef_search=cfg.ef_search_summaries)
+                                     ef_search=cfg.ef_search_summaries, one_pass_first=call.filters.is_empty)
         if len(call.summaries) < cfg.summaries_k and call.mvec is not None and call.multi is not None:
             # the primary model has no vector of a summary it cannot read (a Russian book's
             # under an English-only model): an English question of a Russian library found
             # none. The multilingual model's nearest fill the rest, after the primary's.
             more = vector_lane(conn, call.multi.name, call.multi.dims, call.mvec, call.predicate,
                                depth=cfg.summaries_k, summaries=True, exact=exact, column="multilingual",
-                               ef_search=cfg.ef_search_summaries)
+                               ef_search=cfg.ef_search_summaries, one_pass_first=call.filters.is_empty)
             for pid, score, doc in zip(more.ids, more.scores, more.doc_ids):
                 if pid not in call.summaries.ids and len(call.summaries) < cfg.summaries_k:
                     call.summaries.ids.append(pid)

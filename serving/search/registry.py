@@ -72,7 +72,8 @@ def _multilingual(call: Call, conn: psycopg.Connection) -> Ran:
     depth, exact = _depth(call, conn)
     hits = vector_lane(conn, multi.name, multi.dims, call.mvec, call.predicate, depth=depth, exact=exact,
                        column="multilingual", name="multilingual",
-                       ef_search=lane_ef(conn, call.cfg, call.cfg.ef_search_multilingual))
+                       ef_search=lane_ef(conn, call.cfg, call.cfg.ef_search_multilingual),
+                       one_pass_first=call.filters.is_empty)
     return hits, lane_weight("multilingual", call.cfg)
 
 
@@ -102,7 +103,7 @@ def _vector(call: Call, conn: psycopg.Connection) -> Ran:
     call.timings["embed"] = ms_since(t)
     depth, exact = _depth(call, conn)
     hits = vector_lane(conn, call.embedder.name, call.embedder.dims, call.qvec, call.predicate, depth=depth,
-                       exact=exact, ef_search=lane_ef(conn, cfg, cfg.ef_search))
+                       exact=exact, ef_search=lane_ef(conn, cfg, cfg.ef_search), one_pass_first=call.filters.is_empty)
     return hits, lane_weight("vector", cfg, foreign=foreign)
 
 

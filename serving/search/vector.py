@@ -119,18 +119,41 @@ def vector_sql(model: str, dims: int, predicate: Predicate, *, summaries: bool, 
              pred=predicate.clause, order=order)
 
 
+def _scan_mode(conn: psycopg.Connection, iterative: bool, ef_search: int | None) -> None:
+    """This lane's HNSW walk for the rest of the transaction: iterative or one pass, and its
+    candidate list (None: the transaction's as it is)."""
+    mode = "relaxed_order" if iterative else "off"
+    if ef_search:
+        conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true), set_config('hnsw.ef_search', %s, true)",
+                     (mode, str(int(ef_search))))
+    else:
+        conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (mode,))
+
+
 def vector_lane(conn: psycopg.Connection, model: str, dims: int, qvec: np.ndarray, predicate: Predicate,
                 *, depth: int, summaries: bool = False, exact: bool = False, column: str = "primary",
-                name: str | None = None, ef_search: int | None = None) -> LaneHits:
+                name: str | None = None, ef_search: int | None = None, one_pass_first: bool = False) -> LaneHits:
     """`ef_search`: this lane's HNSW candidate list (SearchConfig has one per lane), set for
-    the rest of the transaction; None leaves the transaction's as it is."""
+    the rest of the transaction; None leaves the transaction's as it is.
+    `one_pass_first`: for a search without filters, whose predicate drops only hidden rows
+    (removed, superseded, archived, cold, boilerplate): walk the graph once without the
+    iterative scan, and again with it only when that walk left fewer than `depth` rows. The
+    first pass of an iterative scan is the same walk, so the rows are the same whenever
+    `depth` of them pass; it keeps the candidates it discards for a later pass, which cost
+    the multilingual lane at a million passages 10.5 ms p50 against 7.9 without (MiniLM
+    5.4 against 4.8; warm, unfiltered, depth 50)."""
     name = name or ("summaries" if summaries else "vector")
     started = time.perf_counter()
-    if ef_search and not exact:
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
     query = vector_sql(model, dims, predicate, summaries=summaries, exact=exact, column=column)
     params = {**predicate.params, "qvec": HalfVector(np.asarray(qvec, dtype=np.float32)), "k": int(depth)}
-    rows = conn.execute(query, params).fetchall()
+    if exact:
+        rows = conn.execute(query, params).fetchall()
+    else:
+        _scan_mode(conn, not one_pass_first, ef_search)
+        rows = conn.execute(query, params).fetchall()
+        if one_pass_first and len(rows) < depth:
+            _scan_mode(conn, True, None)
+            rows = conn.execute(query, params).fetchall()
     rows.sort(key=lambda r: (r[2], r[0]))  # relaxed_order: restore exact distance order
     hits = LaneHits(name, [r[0] for r in rows], [1.0 - float(r[2]) for r in rows], [r[1] for r in rows],
                     graded=True)
