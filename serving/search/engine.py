@@ -35,6 +35,7 @@ it owns.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -55,7 +56,7 @@ from serving.search.keyword import corpus_configs, query_lexemes
 from serving.search.language import query_language, script, word_scripts
 from serving.search.lexicon import other_script_names
 from serving.search.query import normalise_query, validate_top_k
-from serving.search.registry import POSITION, encode_multilingual, run_lane, run_phase
+from serving.search.registry import POSITION, encode_multilingual, encode_primary, run_lane, run_phase
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
 from serving.search.titles import NAMES
 from serving.search.types import SearchConfig, SearchFilters, SearchResponse
@@ -196,7 +197,7 @@ def _vector_stage(call: Call, conn: psycopg.Connection) -> None:
         _vector_lanes_apart(call, conn, call.lane_side)
     else:
         run_phase(call, "vector", conn, call.vector_lanes)
-    _summaries(call, conn)
+        _summaries(call, conn)
 
 
 def _lanes_apart(call: Call) -> bool:
@@ -208,27 +209,36 @@ def _lanes_apart(call: Call) -> bool:
 
 
 def _vector_lanes_apart(call: Call, conn: psycopg.Connection, other: psycopg.Connection) -> None:
-    """The multilingual lane on `conn`, the primary one on `other`, at once. The multilingual
-    query vector is encoded first and alone: two encoders at once share one interpreter, and
-    side by side both slowed (USE-m3 4.3 -> 10.7 ms), so the primary model encodes while the
-    multilingual lane's statement runs in the server. At a million passages (benchmarks/
-    search.py, same hour) this took the p50 from 87-93 ms to 77-79 ms, and a search filtered
-    to 2% of rows, whose two graph walks are long, from 160 to 110 ms; at 100k, where the
-    two cores are already busy with the keyword lane and both encoders, it changed nothing."""
+    """The multilingual lane and then the summaries on `conn`, the primary lane on `other`,
+    at once. The multilingual query vector is encoded first and alone: two encoders at once
+    share one interpreter, and side by side both slowed (USE-m3 4.3 -> 10.7 ms), so the
+    primary model encodes while the multilingual lane's statement runs in the server. At a
+    million passages (benchmarks/search.py, same hour) this took the p50 from 87-93 ms to
+    77-79 ms, and a search filtered to 2% of rows, whose two graph walks are long, from 160
+    to 110 ms; at 100k, where the two cores are already busy with the keyword lane and both
+    encoders, it changed nothing. The summaries wait for the primary query vector only, not
+    for its lane."""
     call.exact_passages = scans_exactly(conn, call.filters, call.predicate, summaries=False)
     encode_multilingual(call)
-    job = _LANE.submit(_lane_in_transaction, call, "vector", other, torch_threads())
+    encoded = threading.Event()
+    job = _LANE.submit(_primary_lane, call, other, torch_threads(), encoded)
     try:
         run_lane(call, "multilingual", conn, call.vector_lanes)
+        encoded.wait()
+        _summaries(call, conn)
     finally:
         job.result()   # never leave `other` in use past this call
 
 
-def _lane_in_transaction(call: Call, name: str, conn: psycopg.Connection, threads: int | None) -> None:
-    adopt_torch_threads(threads)
+def _primary_lane(call: Call, conn: psycopg.Connection, threads: int | None, encoded: threading.Event) -> None:
+    try:
+        adopt_torch_threads(threads)
+        encode_primary(call)
+    finally:
+        encoded.set()   # also when encoding failed: the summaries go on, this job raises
     with conn.transaction():
         set_scan_options(conn, call.cfg.ef_search, call.cfg.max_scan_tuples)
-        run_lane(call, name, conn, call.vector_lanes)
+        run_lane(call, "vector", conn, call.vector_lanes)
 
 
 def _text_lanes(call: Call) -> None:

@@ -86,6 +86,15 @@ def encode_multilingual(call: Call) -> None:
         call.timings["embed_multilingual"] = ms_since(t)
 
 
+def encode_primary(call: Call) -> None:
+    """The primary model's query vector, once (the engine may encode it before its lane runs,
+    for the summaries lane to start on another connection)."""
+    if call.qvec is None:
+        t = time.perf_counter()
+        call.qvec = call.embedder.encode_queries([call.text])[0]
+        call.timings["embed"] = ms_since(t)
+
+
 def _vector(call: Call, conn: psycopg.Connection) -> Ran:
     """The primary model over embedding. An English-only model is left out for a query it
     cannot read when the multilingual lane found passages to stand in with (a library not
@@ -98,9 +107,7 @@ def _vector(call: Call, conn: psycopg.Connection) -> Ran:
         call.stages["vector"] = (f"skipped: {call.embedder.name} reads {', '.join(call.languages or ())} only, "
                                  f"the query is {call.resp.query_language}; the multilingual lane stands in")
         return None
-    t = time.perf_counter()
-    call.qvec = call.embedder.encode_queries([call.text])[0]
-    call.timings["embed"] = ms_since(t)
+    encode_primary(call)
     depth, exact = _depth(call, conn)
     hits = vector_lane(conn, call.embedder.name, call.embedder.dims, call.qvec, call.predicate, depth=depth,
                        exact=exact, ef_search=lane_ef(conn, cfg, cfg.ef_search), one_pass_first=call.filters.is_empty)
