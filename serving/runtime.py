@@ -30,7 +30,7 @@ POOL_TIMEOUT_S = 5.0
 # 5.7 s after the server was back. Giving a retry series up after 2 s makes the
 # next call start a fresh one at once; measured recovery then ~1 s (test_crash.py).
 RECONNECT_TIMEOUT_S = 2.0
-# A search borrows a second connection for its vector lanes only if one is free within
+# A search borrows spare connections for its vector lanes only if they are free within
 # this long (serving.search.engine's `side`); a busy pool costs it the overlap, not a wait.
 SPARE_WAIT_S = 0.002
 # A search's spare connections: the vector stage beside the keyword lane, and the primary
