@@ -6,6 +6,7 @@ books the memories' (engine.DOCUMENT_SOURCES, calibration.Background)."""
 from __future__ import annotations
 
 import pytest
+from psycopg import sql
 
 from library_pipeline.testing.sample_library import create_database, small_library
 from serving.memory import Viewer, index_memory
@@ -52,6 +53,24 @@ def test_each_search_stands_against_its_own_sources(mixed, embedder):
         empty = BACKGROUND._sample(conn, "embedding", embedder.name, embedder.dims, ("vault",))  # noqa: SLF001
         assert empty is not None and len(empty.vectors) == 0
         assert BACKGROUND._sample(conn, "embedding", embedder.name, embedder.dims, ("vault",)) is empty  # noqa: SLF001
+
+
+def test_the_sample_is_read_in_the_order_of_its_index(mixed, embedder):
+    """The sample's ORDER BY is passages_sample_idx's expression, so it is read in index
+    order (with the planner's cheaper plans for a small table switched off, to see that the
+    index can serve it): the sort over every passage it replaced took 7.6 s at 1M."""
+    with mixed.connect() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
+        plan = "\n".join(r[0] for r in conn.execute(
+            sql.SQL("EXPLAIN ") + calibration.sample_sql("embedding", embedder.dims),
+            (embedder.name, None, None, calibration.BACKGROUND_SIZE)))
+        assert "passages_sample_idx" in plan, plan
+        # the same rows as the multiplicative hash in bigint, the order before the index
+        got = conn.execute("SELECT id FROM passages WHERE summary_level = 0 "
+                           "ORDER BY (id * 2654435761::numeric) % 4294967296 LIMIT 50").fetchall()
+        want = conn.execute("SELECT id FROM passages WHERE summary_level = 0 "
+                            "ORDER BY (id * 2654435761) % 4294967296 LIMIT 50").fetchall()
+        assert len(got) == 50 and got == want
 
 
 def test_the_engine_asks_for_the_searchs_sources(mixed, embedder, monkeypatch):

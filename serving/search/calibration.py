@@ -87,6 +87,19 @@ class _Sample:
     checked: float           # when the library's size was last compared with `rows`
 
 
+def sample_sql(column: str, dims: int) -> sql.Composed:
+    """The background sample of one vector column: (model, sources or None, sources or None,
+    size). Every n-th passage by a multiplicative hash of its id, the same sample on every
+    call (a TABLESAMPLE would move each query's z-scores at random), read in the order of
+    schema.sql's passages_sample_idx, whose expression the ORDER BY repeats."""
+    model_col = "embed_model" if column == "embedding" else "embed_model_multi"
+    return sql.SQL(
+        "SELECT {col}::vector({dims})::text FROM passages WHERE {model_col} = %s AND summary_level = 0 "
+        "AND {col} IS NOT NULL AND (%s::text[] IS NULL OR source = ANY(%s::text[])) "
+        "ORDER BY (id * 2654435761::numeric) %% 4294967296 LIMIT %s").format(
+            col=sql.Identifier(column), dims=sql.SQL(str(int(dims))), model_col=sql.Identifier(model_col))
+
+
 class Background:
     """A fixed sample of each model's passage vectors per database and set of sources (the
     search's: engine.DOCUMENT_SOURCES or memories), kept in the process: the query's
@@ -124,16 +137,9 @@ class Background:
                 abs(rows - have.rows) <= BACKGROUND_DRIFT * max(have.rows, 1.0):
             have.checked = now
             return have
-        model_col = "embed_model" if column == "embedding" else "embed_model_multi"
-        # every n-th passage by a multiplicative hash of its id: the same sample on every
-        # call (a TABLESAMPLE would move each query's z-scores at random)
-        found = conn.execute(sql.SQL(
-            "SELECT {col}::vector({dims})::text FROM passages WHERE {model_col} = %s AND summary_level = 0 "
-            "AND {col} IS NOT NULL AND (%s::text[] IS NULL OR source = ANY(%s::text[])) "
-            "ORDER BY (id * 2654435761) %% 4294967296 LIMIT %s").format(
-                col=sql.Identifier(column), dims=sql.SQL(str(int(dims))), model_col=sql.Identifier(model_col)),
-            (model, list(sources) if sources else None, list(sources) if sources else None,
-             BACKGROUND_SIZE)).fetchall()
+        query = sample_sql(column, dims)
+        chosen = list(sources) if sources else None
+        found = conn.execute(query, (model, chosen, chosen, BACKGROUND_SIZE)).fetchall()
         if not found and sources is None:
             return None
         # an empty sample of some sources is kept like any other (stats falls back to every
