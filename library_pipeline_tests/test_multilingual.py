@@ -413,8 +413,9 @@ def _answer(resp) -> tuple:
 def test_vector_stage_on_a_second_connection_gives_the_same_answer(library, embedder):
     """search(side=...) runs the query embeddings, both vector lanes and the summaries on the
     second connection while the keyword lane runs on the first; given a third, the primary
-    vector lane runs there beside the multilingual one. The answer, the stages and their
-    order are those of the search that runs everything in turn."""
+    vector lane runs there beside the multilingual one, and fusion's look-ups run on the two
+    beside the title lane. The answer, the stages and their order are those of the search
+    that runs everything in turn."""
     db, _ = library
     ran: dict[str, list[str]] = {"conn": [], "side": [], "third": []}
     with db.connect() as conn, db.connect() as side, db.connect() as third:
@@ -452,8 +453,13 @@ def test_vector_stage_on_a_second_connection_gives_the_same_answer(library, embe
                     assert primary and all(q in ran["third"] for q in primary), query
                     assert any('"embedding_multi"' in q and "ORDER BY" in q for q in ran["side"])
                     apart += 1
-                else:
-                    assert not ran["third"], query
+                else:   # the lanes in turn on the second; the third scores fusion's pool at most
+                    assert not any("ORDER BY" in q for q in ran["third"]), query
+                # calibrated fusion scores the pool: its BM25 on the second connection, its
+                # vectors on the third when there is one, else on the first
+                scored = [name for name, queries in ran.items() if any("THEN 1 - (" in q for q in queries)]
+                assert scored == (["third"] if len(sides) == 2 else ["conn"]), query
+                assert any("ts_filter" in q for q in ran["side"]), query
                 assert all(c.info.transaction_status.name == "IDLE" for c in (side, third))
         assert apart >= 2   # both English questions (one of them filtered) ran their lanes apart
 

@@ -58,6 +58,7 @@ class Call:
     qvec: Any = None
     mvec: Any = None
     trees_pending: tuple[int, int] | None = None   # (library files without a current tree, files)
+    pool_jobs: dict[str, Any] = field(default_factory=dict)   # calibrated fusion's look-ups under way
     # fusion, summaries, rows
     fused: list[Fused] = field(default_factory=list)
     summaries: LaneHits | None = None

@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import psycopg
@@ -53,6 +53,7 @@ from serving.search.call import ms_since as _ms
 from serving.search.filters import passage_predicate, resolve_paths
 from serving.search.fusion import fuse
 from serving.search.keyword import corpus_configs, query_lexemes
+from serving.search.lanes import LaneHits
 from serving.search.language import query_language, script, word_scripts
 from serving.search.lexicon import other_script_names
 from serving.search.query import normalise_query, validate_top_k
@@ -119,8 +120,12 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
                 # never leave `side` in use past this call, even when the text lanes failed
                 job.result()
         _note_trees_pending(call)
-        _late_lanes(call)
-        _fuse(call)
+        _start_pool_evidence(call)
+        try:
+            _late_lanes(call)
+            _fuse(call)
+        finally:
+            wait(list(call.pool_jobs.values()))   # never leave a spare connection in use past this call
         _hydrate_pool(call)
     _rerank(call)          # outside the read transaction: the model may take a while
     _assemble(call)
@@ -294,10 +299,7 @@ def _fuse(call: Call) -> None:
     the fused pool, and each lane's status as fusion left it."""
     cfg, stages = call.cfg, call.stages
     t = time.perf_counter()
-    # one graded lane (a lane alone, as the evaluation runs each): nothing to calibrate
-    # against, its own order stands (the convex rule keeps it; the calibrated rule's BM25
-    # context differs from the keyword lane's document term and would reorder the lane)
-    if cfg.fusion == "calibrated" and sum(1 for h, _ in call.lanes if h.graded) > 1:
+    if _calibrates(call, call.lanes):
         _calibrated(call)
     else:
         scripts: dict[int, str] = {}
@@ -315,26 +317,56 @@ def _fuse(call: Call) -> None:
     call.resp.pool_size = len(call.fused)
 
 
-def _calibrated(call: Call) -> None:
-    """Calibrated fusion (serving/search/calibration.py): every candidate of the graded lanes
-    scored under each model from its stored vector and by BM25, then one P(relevant) each."""
+def _calibrates(call: Call, lanes: list[tuple[LaneHits, float]]) -> bool:
+    # one graded lane (a lane alone, as the evaluation runs each): nothing to calibrate
+    # against, its own order stands (the convex rule keeps it; the calibrated rule's BM25
+    # context differs from the keyword lane's document term and would reorder the lane)
+    return call.cfg.fusion == "calibrated" and sum(1 for h, _ in lanes if h.graded) > 1
+
+
+def _pool_inputs(call: Call, lanes: list[tuple[LaneHits, float]]) -> tuple[list[int], list[Probe], tuple]:
+    """Calibrated fusion's pool (the graded lanes' hits), the models' query vectors to score it
+    under, and pool_bm25's arguments."""
     cfg = call.cfg
-    pool = sorted({pid for h, _ in call.lanes if h.graded for pid in h.ids})
+    pool = sorted({pid for h, _ in lanes if h.graded for pid in h.ids})
     probes = []
     if call.qvec is not None and cfg.vector:
         probes.append(Probe("vector", "embedding", call.embedder.name, call.embedder.dims, call.qvec))
     if call.mvec is not None and call.multi is not None:
         probes.append(Probe("multilingual", "embedding_multi", call.multi.name, call.multi.dims, call.mvec))
+    terms = bm25_terms(call.resp.keyword_trace) if call.kw is not None and cfg.keyword else []
+    return pool, probes, (pool, terms, cfg.bm25_k1, cfg.bm25_b, cfg.keyword_window)
+
+
+def _start_pool_evidence(call: Call) -> None:
+    """Owns starting calibrated fusion's two look-ups on the spare connections, beside the
+    title lane (the pool is the graded lanes' hits; the title lane is ranked, not graded):
+    the pool's BM25 on the second connection, its vectors on the third. At 100k passages
+    (window +-2) the two had taken 8.6 and 3.7 ms in turn; side by side they wait on
+    whichever is longer, and now beside the title lane's 3.5 ms too."""
+    lanes = call.vector_lanes + call.text_lanes
+    if call.side is None or not _calibrates(call, lanes):
+        return
+    pool, probes, bm25_args = _pool_inputs(call, lanes)
+    if bm25_args[1]:
+        call.pool_jobs["bm25"] = _SIDE.submit(_on_side, call.side, pool_bm25, *bm25_args)
+    if call.lane_side is not None:
+        call.pool_jobs["vectors"] = _LANE.submit(_on_side, call.lane_side, pool_vectors, pool, probes,
+                                                 _searched_sources(call))
+
+
+def _calibrated(call: Call) -> None:
+    """Calibrated fusion (serving/search/calibration.py): every candidate of the graded lanes
+    scored under each model from its stored vector and by BM25, then one P(relevant) each."""
+    cfg = call.cfg
+    pool, probes, bm25_args = _pool_inputs(call, call.lanes)
     scored_by_bm25 = call.kw is not None and cfg.keyword
-    terms = bm25_terms(call.resp.keyword_trace) if scored_by_bm25 else []
-    bm25_args = (pool, terms, cfg.bm25_k1, cfg.bm25_b, cfg.keyword_window)
-    # BM25 of the pool on the idle second connection beside the vectors' statement: at 100k
-    # passages (window +-2) the two took 8.6 and 3.7 ms in turn
-    job = _SIDE.submit(_on_side, call.side, pool_bm25, *bm25_args) if call.side is not None and terms else None
+    vectors, bm25_job = call.pool_jobs.get("vectors"), call.pool_jobs.get("bm25")
     try:
-        evidence = pool_vectors(call.conn, pool, probes, sources=_searched_sources(call))
+        evidence = (vectors.result() if vectors is not None
+                    else pool_vectors(call.conn, pool, probes, sources=_searched_sources(call)))
     finally:
-        bm25 = job.result() if job is not None else None   # never leave `side` in use past this call
+        bm25 = bm25_job.result() if bm25_job is not None else None   # never leave `side` in use past this call
     evidence.bm25, evidence.window = bm25 if bm25 is not None else pool_bm25(call.conn, *bm25_args)
     # who reads what matters only beside the multilingual lane, the one reader of every
     # passage: without it each lane speaks for whatever it returned, as under the convex rule
