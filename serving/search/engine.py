@@ -26,8 +26,9 @@ hit whose row vanished before hydration is dropped in both cases.
 
 `search` reads as its stages, in order: `_parse` → `_plan` → `_vector_stage`
 (the vector lanes, `_summaries`; on `side` when given) beside `_text_lanes` and
-`_trees_pending` → `_note_trees_pending` → `_late_lanes` → `_fuse` →
-`_hydrate_pool` (inside the read transaction) → `_rerank` → `_assemble` → `_log`.
+`_trees_pending` → `_note_trees_pending` → `_start_pool_evidence` (on the spare
+connections) beside `_late_lanes` → `_fuse` → `_hydrate_pool` (inside the read
+transaction) → `_rerank` → `_assemble` → `_log`.
 Each stage fills its part of one call's state (`Call`) and says in its docstring what
 it owns.
 """
@@ -98,8 +99,9 @@ def search(conn: psycopg.Connection, embedder: Embedder, query: str, *, top_k: i
     `multilingual`: the second vector lane's model (default: LIBRARY_EMBED_MULTILINGUAL's,
     serving.embedding.multilingual_embedder; None: no second lane).
     `side`: an idle second connection to the same database, or two; the vector stage runs on
-    the first beside the keyword lane, and the primary vector lane on the second beside the
-    multilingual one (same results, less wall time). Without it the stages run in turn."""
+    the first beside the keyword lane, the primary vector lane on the second beside the
+    multilingual one, and fusion's look-ups on both beside the title lane (same results,
+    less wall time). Without it the stages run in turn."""
     call = _parse(conn, embedder, query, top_k, filters, config, reranker)
     sides = (side,) if isinstance(side, psycopg.Connection) else tuple(side or ())
     call.side = sides[0] if sides else None
