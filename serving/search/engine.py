@@ -58,7 +58,8 @@ from serving.search.lanes import LaneHits
 from serving.search.language import query_language, script, word_scripts
 from serving.search.lexicon import other_script_names
 from serving.search.query import normalise_query, validate_top_k
-from serving.search.registry import POSITION, encode_multilingual, encode_primary, run_lane, run_phase
+from serving.search.registry import (POSITION, decide_exact, encode_multilingual, encode_primary, run_lane,
+                                     run_phase)
 from serving.search.rows import CONTENT, HEADING, TITLE, empty_pool_reason, hydrate, passage_scripts, to_result
 from serving.search.titles import NAMES
 from serving.search.types import SearchConfig, SearchFilters, SearchResponse
@@ -225,7 +226,7 @@ def _vector_lanes_apart(call: Call, conn: psycopg.Connection, other: psycopg.Con
     to 110 ms; at 100k, where the two cores are already busy with the keyword lane and both
     encoders, it changed nothing. The summaries wait for the primary query vector only, not
     for its lane."""
-    call.exact_passages = scans_exactly(conn, call.filters, call.predicate, summaries=False)
+    decide_exact(call, conn)   # here, not in both threads at once
     encode_multilingual(call)
     encoded = threading.Event()
     job = _LANE.submit(_primary_lane, call, other, torch_threads(), encoded)

@@ -44,12 +44,17 @@ class Lane:
     needs: tuple[str, ...] = ()                 # lanes of its phase whose hits it reads
 
 
-def _depth(call: Call, conn: psycopg.Connection) -> tuple[int, bool]:
-    """Vector lanes' depth, and whether they scan exactly (vector.py scans_exactly; decided
-    once for both lanes: they read the same rows)."""
+def decide_exact(call: Call, conn: psycopg.Connection) -> bool:
+    """Whether the vector lanes scan exactly (vector.py scans_exactly), decided once for both
+    lanes: they read the same rows. The engine decides it before running the two at once."""
     if call.exact_passages is None:
         call.exact_passages = scans_exactly(conn, call.filters, call.predicate, summaries=False)
-    return max(call.cfg.vector_depth, call.k), call.exact_passages
+    return call.exact_passages
+
+
+def _depth(call: Call, conn: psycopg.Connection) -> tuple[int, bool]:
+    """Vector lanes' depth, and whether they scan exactly."""
+    return max(call.cfg.vector_depth, call.k), decide_exact(call, conn)
 
 
 def _bypassed(call: Call, name: str) -> bool:
