@@ -138,8 +138,12 @@ class Library:
                 pool.putconn(conn)
 
     def warm_up(self) -> None:
-        """Load the embedder and open the pool now rather than on the first call."""
-        self.embedder()
+        """Load the embedder (and trace its one-query encoder) and open the pool now rather
+        than on the first call."""
+        embedder = self.embedder()
+        graph = getattr(embedder, "query_graph", None)
+        if graph is not None:
+            graph()
         with self.connection() as conn:
             conn.execute("SELECT 1")
 
