@@ -29,8 +29,8 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import psycopg
@@ -164,8 +164,8 @@ class NameIndex:
     doc_sections: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # (model name, position in `docs`) -> the name's vector, encoded when first asked for
     name_vectors: dict[tuple[str, int], np.ndarray] = field(default_factory=dict, compare=False)
-    # query script -> positions in `docs` of the names with a word in another script; every
-    # search asks, and walking 5,183 names for it cost 0.8 ms
+    # query script -> positions in `docs` of the names with a word in another script: every
+    # search asks, and the answer changes only with the names (a new index)
     other_script: dict[str, list[int]] = field(default_factory=dict, compare=False)
 
     def across_scripts(self, model, qvec: np.ndarray, query_script: str,
