@@ -494,7 +494,10 @@ def main() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.home.mkdir(parents=True, exist_ok=True)
-    server = Database(Settings(library_dir=args.home / "library", home=args.home))
+    # the server's cache as configured (LIBRARY_PG_SHARED_BUFFERS_MB), the rest of the
+    # environment left out: a benchmark builds its own databases under --home
+    server = Database(Settings(library_dir=args.home / "library", home=args.home,
+                               pg_shared_buffers_mb=Settings.from_env().pg_shared_buffers_mb))
     server.ensure_schema()
     embedder = load_embedder("minilm")
     multi = multilingual_embedder(args.multilingual)

@@ -10,9 +10,17 @@ p50 / p95 54.8 / 68.7 -> 45.8 / 56.8 ms at 1 GB (vector lane 10.1 -> 6.0 ms, mul
 128 MB and 1 GB alternating by restarts, each warmed by 500 other queries first: 67.3 vs
 53.9 ms; 512 MB / 1 GB / 2 GB in one round under load 46.8 / 46.2 / 46.9 ms (128 MB: 60.5).
 
-Postgres's own guidance is about a quarter of RAM for a dedicated server; this one shares
-the box with the models, so a quarter capped at 1 GB (LIBRARY_PG_SHARED_BUFFERS_MB sets it).
-Shared memory is touched only as pages are read, so an idle library costs nothing for it.
+Postgres's own guidance is about a quarter of RAM for a dedicated server
+(https://www.postgresql.org/docs/current/runtime-config-resource.html), and that is the
+default here, of the memory the process may use (a container's limit when it is lower than
+the machine's), at most 8 GB (LIBRARY_PG_SHARED_BUFFERS_MB sets it). It was capped at 1 GB
+for the models beside it, who take well under 1 GB, and at a million passages 1 GB was too
+small: the two HNSW indexes alone are 2.6 GB, so every graph walk read pages from the
+operating system's cache, copied each and verified its checksum (a fifth of the server's CPU
+in `perf`). benchmarks/search.py's 1M corpus, 300 searches as served after one pass over the
+same queries, 1 GB and 4 GB alternating by restarts: the server's CPU per search 75.6 / 64.2
+-> 47.2 / 50.3 ms, p50 68.9 / 57.4 -> 49.2 / 52.6 ms. Shared memory is touched only as pages
+are read, so an idle or small library costs nothing for it.
 
 The values go to `library.conf` in the data directory, which postgresql.conf includes; they
 are written before each start of the server, so a changed setting counts from the next start
@@ -27,19 +35,39 @@ from pathlib import Path
 CONF_NAME = "library.conf"
 INCLUDE = f"include_if_exists = '{CONF_NAME}'"
 MIN_MB = 128          # initdb's own default
-AUTO_MAX_MB = 1024
+AUTO_MAX_MB = 8192
+# a container's memory limit, cgroup v2 then v1 ("max", or v1's huge number, when unlimited):
+# sysconf reports the host's memory inside a container, and a quarter of a large host's
+# memory in a small container would be killed for it once the pages are read
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 
 
-def shared_buffers_mb(setting: int) -> int:
-    """`setting` when given (> 0), else a quarter of the machine's memory within
+def usable_memory_mb(limits: tuple[Path, ...] = CGROUP_LIMITS) -> int | None:
+    """The memory this process may use: the machine's, or its container's limit when lower
+    (None: unknown)."""
+    try:
+        usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):   # no sysconf (Windows) or no such name
+        return None
+    for path in limits:
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.isdigit():
+            usable = min(usable, int(text))
+    return usable // 2**20
+
+
+def shared_buffers_mb(setting: int, limits: tuple[Path, ...] = CGROUP_LIMITS) -> int:
+    """`setting` when given (> 0), else a quarter of the usable memory within
     [MIN_MB, AUTO_MAX_MB]."""
     if setting > 0:
         return setting
-    try:
-        ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-    except (AttributeError, ValueError, OSError):   # no sysconf (Windows) or no such name
+    memory = usable_memory_mb(limits)
+    if memory is None:
         return MIN_MB
-    return max(MIN_MB, min(AUTO_MAX_MB, ram_mb // 4))
+    return max(MIN_MB, min(AUTO_MAX_MB, memory // 4))
 
 
 def server_conf(shared_mb: int) -> str:

@@ -45,6 +45,7 @@ import psycopg
 from pgvector import HalfVector
 from psycopg import sql
 
+from serving.db import database_key
 from serving.search.fusion import Fused, _ordered
 from serving.search.keyword import tsquery_literal
 from serving.search.language import script
@@ -125,8 +126,7 @@ class Background:
 
     def _sample(self, conn: psycopg.Connection, column: str, model: str, dims: int,
                 sources: tuple[str, ...] | None) -> _Sample | None:
-        info = conn.info
-        key = (f"{info.host}:{info.port}/{info.dbname}", column, model, sources)
+        key = (database_key(conn), column, model, sources)
         now = time.monotonic()
         with self._lock:
             have = self._samples.get(key)

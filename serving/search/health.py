@@ -27,6 +27,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from serving.db import database_key
+
 log = logging.getLogger(__name__)
 
 THRESHOLD = 3
@@ -39,7 +41,7 @@ _warned: set[str] = set()
 def ensure_serving_tables(conn: psycopg.Connection) -> bool:
     """Whether search_breaker / search_log exist (schema.sql creates them; a
     database whose schema predates them still searches, unlogged)."""
-    key = conn.info.dsn
+    key = database_key(conn)
     if key in _ready:
         return True
     with _ready_lock:

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from serving.db import database_key
 from serving.search.filters import Predicate, posting_segments
 from serving.search.lanes import LaneHits
 from serving.search.vector import planner_rows
@@ -108,7 +109,7 @@ def corpus_configs(conn: psycopg.Connection, sources: Sequence[str]) -> list[Con
         return out
     # lexeme_df not refreshed yet: find the configurations by scanning (cached; one
     # seq scan, ~20 ms at 100k rows) and fall back to estimates.
-    key = conn.info.dsn
+    key = database_key(conn)
     cached = _CONFIG_CACHE.get(key)
     if cached is None or time.monotonic() - cached[0] > _CONFIG_TTL:
         names = [r[0] for r in conn.execute(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from serving.db import database_key
 from serving.search.translit import FUNCTION_WORDS, skeleton, words
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class LexiconCache:
             (list(CYRILLIC_CONFIGS),)).fetchone())
         if not key[0]:
             return None
-        db = conn.info.dsn
+        db = database_key(conn)
         cached = self._by_db.get(db)
         if cached is not None and cached.key == key:
             return cached

@@ -35,6 +35,7 @@ from itertools import chain
 import numpy as np
 import psycopg
 
+from serving.db import database_key
 from serving.search.language import word_scripts
 from serving.search.translit import skeletons
 
@@ -295,8 +296,7 @@ class NameCache:
     def get(self, conn: psycopg.Connection) -> NameIndex:
         key = tuple(conn.execute(
             "SELECT count(*), coalesce(max(id), 0), max(updated_at) FROM documents").fetchone())
-        db = conn.info.dsn
-        cached = self._by_db.get(db)
+        cached = self._by_db.get(db := database_key(conn))
         if cached is not None and cached.key == key:
             return cached
         with self._lock:

@@ -33,6 +33,7 @@ import psycopg
 from pgvector import HalfVector
 from psycopg import sql
 
+from serving.db import database_key
 from serving.search.filters import Predicate
 from serving.search.lanes import LaneHits
 from serving.search.types import SearchConfig, SearchFilters
@@ -63,7 +64,7 @@ _ROWS_SECONDS = 60.0
 def lane_ef(conn: psycopg.Connection, cfg: SearchConfig, ef: int) -> int:
     """A lane's ef_search for this library's size (SearchConfig has the measurements): the
     planner's row count, looked up at most once a minute per database."""
-    key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    key = database_key(conn)
     now = time.monotonic()
     have = _ROWS.get(key)
     if have is None or now - have[1] > _ROWS_SECONDS:
