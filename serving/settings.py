@@ -114,7 +114,7 @@ class Settings:
     # threads (serving.threads, serving.embedding)
     torch_threads: int = 1        # LIBRARY_TORCH_THREADS; 0 = torch's default
     onnx_threads: int = 1         # LIBRARY_ONNX_THREADS
-    # the embedded server's shared_buffers in MB (serving.pgconf); 0 = a quarter of RAM, <= 1 GB
+    # the embedded server's shared_buffers in MB (serving.pgconf); 0 = a quarter of the usable memory, <= 8 GB
     pg_shared_buffers_mb: int = 0  # LIBRARY_PG_SHARED_BUFFERS_MB
     usem3_threads: int = 2        # LIBRARY_USEM3_THREADS
     # the MCP server (serving.mcp_server)
