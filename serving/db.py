@@ -208,8 +208,8 @@ def _is_start_failure(exc: BaseException) -> bool:
 def database_key(conn: psycopg.Connection) -> str:
     """Which database `conn` reads, for caches kept per database: its server and name.
     `conn.info.dsn` builds and parses the whole connection string, 0.2 ms a call; the
-    searches' caches asked for it five times a search, holding the interpreter lock the
-    lanes' threads share."""
+    searches' caches asked for it up to five times a search (three in benchmarks/search.py's),
+    holding the interpreter lock the lanes' threads share."""
     info = conn.info
     return f"{info.host}:{info.port}/{info.dbname}"
 
